@@ -1,0 +1,141 @@
+"""``specbound``: roofline, hw, measure, calibrate, report. Errors are one line, exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import SpecboundError
+
+FORMATS = ("table", "json", "markdown")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def hardware_from_args(spec: str, catalog_file: str | None, origin: str = "--hw") -> Any:
+    from .hardware import parse_hardware, project_catalog, user_catalog
+
+    extra = project_catalog()
+    if catalog_file:
+        extra.update(user_catalog(catalog_file))
+    return parse_hardware(spec, extra, origin)
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    from . import render
+    from .models import load_model
+    from .roofline import compute_roofline
+    from .speculative import parse_speculation
+
+    hw = hardware_from_args(args.hw, args.hw_catalog)
+    model = load_model(args.model, args.dtype)
+    spec = parse_speculation(args.spec)
+    draft = load_model(args.draft_model, origin="--draft-model") if args.draft_model else None
+    roof = compute_roofline(hw, model, spec, draft, args.context, args.batch, args.overhead_ms)
+    if args.accept is not None and args.accept > roof.max_accept:
+        raise SpecboundError(
+            f"--accept={args.accept:g}: above the most one round can emit with "
+            f"{spec.label} ({roof.max_accept})"
+        )
+    if args.format == "json":
+        print(json.dumps(roof.to_dict(args.accept), indent=2))
+    elif args.format == "markdown":
+        print(render.markdown(roof, args.accept))
+    else:
+        print(render.table(roof, args.accept))
+    return 0
+
+
+def cmd_hw(args: argparse.Namespace) -> int:
+    from .hardware import catalog_rows, detect_hardware
+
+    if args.detect:
+        hw = detect_hardware()
+        print(json.dumps(hw.describe(), indent=2) if args.format == "json" else
+              f"{hw.label}: {hw.title}, {hw.bandwidth_gbs:g} GB/s, {hw.memory_gb:g} GB, "
+              f"link {hw.link} ({hw.source})")
+        return 0
+    rows = catalog_rows()
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'name':<14} {'GB/s':>7} {'GB':>5} {'bf16 TF':>8} {'link':<8} source")
+    for r in rows:
+        print(f"{r['name']:<14} {r['bandwidth_gbs']:>7g} {r['memory_gb']:>5g} "
+              f"{r['bf16_tflops']:>8g} {r['link']:<8} {r['source']}")
+    print("also: cpu (this host, measured), auto (NVML); NAMExN for N GPUs, e.g. a6000x2")
+    return 0
+
+
+def _add_roofline(sub: Any) -> None:
+    p = sub.add_parser("roofline", help="per-round roofline breakdown")
+    p.add_argument("--hw", required=True, help="hardware, e.g. a6000x2, h100x8, cpu, auto")
+    p.add_argument("--hw-catalog", help="extra hardware TOML file")
+    p.add_argument("--model", required=True, help="catalog name, config.json, folder or .gguf")
+    p.add_argument("--dtype", help="weight dtype what-if (fp8, int4, ...)")
+    p.add_argument("--spec", default="none", help="METHOD[:STEPS[:DRAFT_TOKENS]], e.g. mtp:3")
+    p.add_argument("--draft-model", help="draft model for --spec draft / dflash")
+    p.add_argument("--accept", type=_positive_float, help="mean accept length (bonus included)")
+    p.add_argument("--context", type=_nonneg_int, default=500, help="context tokens (500)")
+    p.add_argument("--batch", type=_nonneg_int, default=1, help="concurrent sequences (1)")
+    p.add_argument("--overhead-ms", type=float, default=0.5, help="scheduler + sampling (0.5)")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.set_defaults(func=cmd_roofline)
+
+
+def _add_hw(sub: Any) -> None:
+    p = sub.add_parser("hw", help="list the hardware catalog, or --detect through NVML")
+    p.add_argument("--detect", action="store_true")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_hw)
+
+
+SUBCOMMANDS: list[Callable[[Any], None]] = [_add_roofline, _add_hw]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specbound", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in SUBCOMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SpecboundError as exc:
+        print(f"specbound: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into head & co.
+        return 0
+    except KeyboardInterrupt:
+        print("specbound: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
