@@ -137,5 +137,75 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .connect import ServerConfig, open_server
+    from .measure import FixedCount, Measurement, Sampler, measure
+    from .prompts import default_max_tokens, load_prompts
+
+    prompts = load_prompts(args.prompts, "--prompts")
+    max_tokens = args.max_tokens or default_max_tokens(args.prompts)
+    cfg = ServerConfig(backend=args.backend, url=args.url, launch=args.launch,
+                       ready_timeout_s=args.ready_timeout, api_key_env=args.api_key_env,
+                       model_id=args.model_id, read_timeout_s=args.read_timeout)
+    server, backend = open_server(cfg, Path(args.log_dir))
+    m = Measurement(backend=backend.name)
+    try:
+        m.info = backend.info(server.endpoint)
+        sampler = Sampler(server.endpoint, backend, args.model_id)
+        measure(sampler, prompts, max_tokens, FixedCount(args.samples), args.warmup,
+                measurement=m)
+    finally:
+        server.stop()
+    if args.format == "json":
+        print(json.dumps(m.to_dict(), indent=2))
+    else:
+        print(_measure_table(m))
+    return 1 if m.failures else 0
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _measure_table(m: Any) -> str:
+    ttft = m.ttft_ms()
+    lines = [
+        f"backend {m.backend}  requests {len(m.records)} (failed {len(m.failures)})",
+        f"accept length {_fmt(m.accept_length)} ({m.accept_source})",
+        f"decode {_fmt(m.decode_tok_s, '.1f')} tok/s (server clock "
+        f"{_fmt(m.server_decode_tok_s, '.1f')})",
+        f"TTFT median {_fmt(ttft['median'], '.1f')} ms, p90 {_fmt(ttft['p90'], '.1f')} ms",
+    ]
+    lines += [f"failed: {r.error}" for r in m.failures]
+    return "\n".join(lines)
+
+
+def _add_measure(sub: Any) -> None:
+    from .backends import BACKENDS
+
+    p = sub.add_parser("measure", help="measure decode tok/s, accept length and TTFT")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="attach to a running server")
+    where.add_argument("--launch", help="launch command ({port}, {host} filled in)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto")
+    p.add_argument("--prompts", default="coding", help="coding|chat|repetitive|long or FILE.jsonl")
+    p.add_argument("--samples", type=_nonneg_int, default=8)
+    p.add_argument("--warmup", type=_nonneg_int, default=1)
+    p.add_argument("--max-tokens", type=_nonneg_int, help="output tokens per request")
+    p.add_argument("--model-id", help="the 'model' field to send (default: none)")
+    p.add_argument("--ready-timeout", type=_positive_float, default=900.0)
+    p.add_argument("--read-timeout", type=_positive_float, default=120.0)
+    p.add_argument("--api-key-env", help="environment variable holding the API key")
+    p.add_argument("--log-dir", default=".specbound/logs")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_measure)
+
+
+SUBCOMMANDS.append(_add_measure)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -14,10 +14,12 @@ def _field(reader: Any, key: str) -> Any:
     field = reader.fields.get(key)
     if field is None:
         return None
-    value = field.parts[field.data[0]]
-    if getattr(value, "dtype", None) is not None and value.dtype.kind == "u" and value.size > 8:
+    if hasattr(field, "contents"):  # gguf >= 0.11
+        return field.contents()
+    value = field.parts[field.data[0]]  # pragma: no cover - older gguf
+    if field.types and field.types[0].name == "STRING":
         return bytes(value).decode("utf-8", "replace")
-    return value.tolist()[0] if hasattr(value, "tolist") and value.size == 1 else value
+    return value.tolist()[0]
 
 
 def load_gguf(path: Path, origin: str = "--model") -> Model:

@@ -1,0 +1,50 @@
+"""vLLM: OpenAI API with ``return_token_ids``; per-request spec metrics on the last usage chunk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..records import RequestRecord
+from ..stream import Endpoint
+from .base import Backend
+
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+
+
+class VLLM(Backend):
+    name = "vllm"
+    ready_paths = ("/health", "/v1/models")
+    metric_names = (ACCEPTED, DRAFTS, "vllm:generation_tokens_total")
+
+    def extra_fields(self, max_tokens: int) -> dict[str, Any]:
+        return {"ignore_eos": True, "min_tokens": max_tokens, "return_token_ids": True}
+
+    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> None:
+        metrics = next((o["metrics"] for _, o in reversed(events)
+                        if isinstance(o, dict) and isinstance(o.get("metrics"), dict)), None)
+        if metrics is None:
+            return
+        record.server = {"metrics": metrics}
+        gen_ms = metrics.get("generation_time_ms")
+        if isinstance(gen_ms, (int, float)) and gen_ms > 0:
+            record.server_decode_s = gen_ms / 1e3
+            record.server_decode_tok_s = record.decode_tokens / record.server_decode_s
+        spec = metrics.get("speculative_decoding")
+        if isinstance(spec, dict) and spec.get("mean_acceptance_length") is not None:
+            record.accept_length = float(spec["mean_acceptance_length"])
+            record.accept_source = "server"
+
+    def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
+        drafts = delta.get(DRAFTS, 0.0)
+        return 1 + delta.get(ACCEPTED, 0.0) / drafts if drafts > 0 else None
+
+    def info(self, endpoint: Endpoint) -> dict[str, Any]:
+        info = super().info(endpoint)
+        version = endpoint.get_json("/version") or {}
+        info["version"] = version.get("version")
+        server = endpoint.get_json("/server_info") or {}  # VLLM_SERVER_DEV_MODE=1 only
+        spec = (server.get("vllm_config") or {}).get("speculative_config")
+        if spec:
+            info["speculative"] = spec
+        return info

@@ -1,0 +1,416 @@
+"""Protocol-faithful test servers for SGLang, vLLM, llama.cpp, TRT-LLM and TGI.
+
+Each speaks its family's endpoints, field names, SSE framing and metric names as
+shared/reference/server-apis.md documents them, and emits tokens on a scripted schedule of verify
+steps: the first token from prefill, then ``steps`` verify steps, each emitting its tokens at once.
+Fault modes (``fault=...``) make it misbehave the ways real servers do.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+FAULTS = ("die", "stall", "truncate", "badjson", "http400", "http500", "nometrics")
+
+
+@dataclass
+class Script:
+    steps: list[int] = field(default_factory=lambda: [4] * 10)  # tokens per verify step
+    step_s: float = 0.004  # time per verify step
+    ttft_s: float = 0.01
+    model: str = "test-model"
+    fault: str | None = None
+    fault_after: int = 3  # events before a mid-stream fault
+    per_request_metrics: bool = True  # vLLM --per-request-spec-decode-metrics
+    ready_after_s: float = 0.0
+
+    @property
+    def completion_tokens(self) -> int:
+        return 1 + sum(self.steps)
+
+
+class Counters:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.values: dict[str, float] = {}
+        self.iterations: list[dict[str, Any]] = []  # TRT-LLM iteration stats queue
+
+    def add(self, name: str, value: float) -> None:
+        with self.lock:
+            self.values[name] = self.values.get(name, 0.0) + value
+
+    def get(self, name: str) -> float:
+        return self.values.get(name, 0.0)
+
+
+class FakeServer:
+    """Run with ``with FakeServer("vllm") as s: s.url``."""
+
+    def __init__(self, family: str, script: Script | None = None) -> None:
+        self.family = family
+        self.script = script or Script()
+        self.counters = Counters()
+        self.started = time.monotonic()
+        self.requests: list[dict[str, Any]] = []
+        handler = type("Handler", (_Handler,), {"server_ref": self})
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> FakeServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_ref: FakeServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    # -- plumbing ----------------------------------------------------------------------
+    @property
+    def s(self) -> Script:
+        return self.server_ref.script
+
+    def _json(self, obj: Any, status: int = 200) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _text(self, text: str, status: int = 200) -> None:
+        body = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _start_sse(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._events = 0
+
+    def _write(self, raw: bytes) -> None:
+        self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+        self.wfile.flush()
+
+    def _event(self, obj: Any) -> None:
+        fault = self.s.fault
+        self._events += 1
+        if fault and self._events > self.s.fault_after:
+            if fault == "die":
+                self.wfile.flush()
+                self.connection.shutdown(2)
+                raise ConnectionAbortedError
+            if fault == "stall":
+                time.sleep(30)
+            if fault == "truncate":
+                self._write(b'data: {"choices": [{"te')
+                self.wfile.write(b"0\r\n\r\n")
+                raise ConnectionAbortedError
+            if fault == "badjson":
+                self._write(b"data: {not json}\n\n")
+                self._end_sse()
+                raise ConnectionAbortedError
+        payload = obj if isinstance(obj, str) else json.dumps(obj)
+        self._write(f"data: {payload}\n\n".encode())
+
+    def _end_sse(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length", 0))
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def _schedule(self) -> list[int]:
+        """Tokens per emission: the prefill token, then one entry per verify step."""
+        time.sleep(self.s.ttft_s)
+        return [1, *self.s.steps]
+
+    def _ready(self) -> bool:
+        return time.monotonic() - self.server_ref.started >= self.s.ready_after_s
+
+    # -- routes ------------------------------------------------------------------------
+    def do_GET(self) -> None:  # noqa: N802
+        fam = self.server_ref.family
+        path = self.path
+        if not self._ready() and fam == "llamacpp":
+            self._json({"error": {"code": 503, "message": "Loading model",
+                                  "type": "unavailable_error"}}, 503)
+            return
+        if path in ("/health", "/health_generate", "/ready", "/v1/health"):
+            self._json({"status": "ok"} if self._ready() else {"error": "starting"},
+                       200 if self._ready() else 503)
+        elif path == "/v1/models":
+            self._json({"object": "list", "data": [{"id": self.s.model, "object": "model"}]})
+        elif path == "/metrics":
+            self._metrics()
+        elif fam == "llamacpp" and path == "/props":
+            self._json({"default_generation_settings": {"params": {}}, "build_info": "b9999-fake",
+                        "model_path": f"/models/{self.s.model}.gguf"})
+        elif fam == "sglang" and path == "/server_info":
+            self._json({"version": "0.5.23", "tp_size": 1, "speculative_algorithm": "EAGLE3",
+                        "speculative_num_steps": 3, "internal_states": [{}]})
+        elif fam in ("vllm", "trtllm") and path == "/version":
+            self._json({"version": "0.34.0" if fam == "vllm" else "1.2.0"})
+        elif fam == "tgi" and path == "/info":
+            self._json({"model_id": self.s.model, "max_total_tokens": 4096, "version": "3.3.6"})
+        else:
+            self._json({"error": "not found"}, 404)
+
+    def _metrics(self) -> None:
+        fam = self.server_ref.family
+        c = self.server_ref.counters
+        if self.s.fault == "nometrics":
+            self._json({"error": {"message": "metrics are disabled", "code": 501}}, 501)
+            return
+        if fam == "trtllm":
+            with c.lock:
+                queue, c.iterations = c.iterations, []
+            self._json(queue)
+            return
+        if fam == "llamacpp":
+            lines = [
+                "# HELP llamacpp:spec_decode_num_drafts_total Total speculative decoding verification steps",
+                "# TYPE llamacpp:spec_decode_num_drafts_total counter",
+                f"llamacpp:spec_decode_num_drafts_total {c.get('drafts'):g}",
+                "# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter",
+                f"llamacpp:spec_decode_num_accepted_tokens_total {c.get('accepted'):g}",
+            ]
+        elif fam == "vllm":
+            lab = f'model_name="{self.s.model}",engine="0"'
+            lines = [
+                "# TYPE vllm:spec_decode_num_drafts counter",
+                f"vllm:spec_decode_num_drafts_total{{{lab}}} {c.get('drafts'):g}",
+                "# TYPE vllm:spec_decode_num_accepted_tokens counter",
+                f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {c.get('accepted'):g}",
+                "# TYPE vllm:generation_tokens counter",
+                f"vllm:generation_tokens_total{{{lab}}} {c.get('generated'):g}",
+            ]
+        elif fam == "sglang":
+            lab = f'model_name="{self.s.model}",engine_type="unified"'
+            lines = [
+                "# TYPE sglang:generation_tokens counter",
+                f'sglang:generation_tokens_total{{{lab},is_streaming="true"}} {c.get("generated"):g}',
+                f'sglang:generation_tokens_total{{{lab},is_streaming="false"}} 0',
+                "# TYPE sglang:spec_verify_calls counter",
+                f"sglang:spec_verify_calls_total{{{lab}}} {c.get('verify'):g}",
+            ]
+        else:  # tgi
+            lines = [
+                "# TYPE tgi_request_skipped_tokens histogram",
+                f'tgi_request_skipped_tokens_bucket{{le="+Inf"}} {c.get("skip_count"):g}',
+                f"tgi_request_skipped_tokens_sum {c.get('skip_sum'):g}",
+                f"tgi_request_skipped_tokens_count {c.get('skip_count'):g}",
+            ]
+        self._text("\n".join(lines) + "\n")
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = self._body()
+        self.server_ref.requests.append({"path": self.path, "body": body})
+        if self.s.fault == "http500":
+            self._json({"error": {"message": "CUDA out of memory", "code": 500}}, 500)
+            return
+        if self.s.fault == "http400":
+            self._json({"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                  "code": 400}}, 400)
+            return
+        fam = self.server_ref.family
+        try:
+            if fam == "trtllm":
+                allowed = {"model", "prompt", "messages", "max_tokens", "temperature", "seed",
+                           "ignore_eos", "min_tokens", "stream", "stream_options", "detokenize",
+                           "logprobs"}
+                extra = sorted(set(body) - allowed)
+                if extra:
+                    self._json({"detail": [{"type": "extra_forbidden", "loc": ["body", extra[0]],
+                                            "msg": "Extra inputs are not permitted"}]}, 400)
+                    return
+            route = {("llamacpp", "/completion"): self._llamacpp,
+                     ("sglang", "/generate"): self._sglang_native,
+                     ("tgi", "/generate_stream"): self._tgi}.get((fam, self.path))
+            if route is None and self.path in ("/v1/completions", "/v1/chat/completions"):
+                route = self._openai
+            if route is None:
+                self._json({"error": "not found"}, 404)
+                return
+            route(body)
+        except (ConnectionAbortedError, BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    # -- families ----------------------------------------------------------------------
+    def _count(self) -> None:
+        c = self.server_ref.counters
+        steps = self.s.steps
+        c.add("drafts", len(steps))
+        c.add("accepted", sum(n - 1 for n in steps))
+        c.add("generated", self.s.completion_tokens)
+        c.add("verify", len(steps))
+        c.add("skip_sum", sum(n - 1 for n in steps))
+        c.add("skip_count", len(steps) + 1)  # the prefill step records 0
+        with c.lock:
+            c.iterations.extend({"iter": i, "specDecodingStats": {
+                "numDraftTokens": 3, "numAcceptedTokens": n - 1, "numRequestsWithDraftTokens": 1,
+                "acceptanceLength": float(n), "iterLatencyMS": self.s.step_s * 1e3,
+                "draftOverhead": 0.1}} for i, n in enumerate(steps))
+
+    def _llamacpp(self, body: dict[str, Any]) -> None:
+        """One event per token; timings with draft counters on the final event."""
+        self._start_sse()
+        sent = 0
+        start = time.perf_counter()
+        prompt_n = len(str(body.get("prompt", "")).encode())
+        for i, n in enumerate(self._schedule()):
+            if i == 1:
+                start = time.perf_counter()
+            if i:
+                time.sleep(self.s.step_s)
+            for _ in range(n):
+                sent += 1
+                self._event({"index": 0, "content": "a", "tokens": [100 + sent % 50],
+                             "stop": False, "id_slot": -1, "tokens_predicted": sent})
+        predicted_ms = (time.perf_counter() - start) * 1e3
+        n = self.s.completion_tokens
+        accepted = sum(k - 1 for k in self.s.steps)
+        self._count()
+        self._event({"index": 0, "content": "", "tokens": [], "stop": True,
+                     "model": self.s.model, "tokens_predicted": n, "stop_type": "limit",
+                     "timings": {"cache_n": 0, "prompt_n": prompt_n, "prompt_ms": 10.0,
+                                 "predicted_n": n, "predicted_ms": predicted_ms,
+                                 "predicted_per_second": 1e3 * (n - 1) / predicted_ms,
+                                 "draft_n": 3 * len(self.s.steps), "draft_n_accepted": accepted}})
+        self._end_sse()
+
+    def _sglang_native(self, body: dict[str, Any]) -> None:
+        """Cumulative text and completion_tokens on every chunk; spec fields on the last one."""
+        self._start_sse()
+        total = 0
+        sched = self._schedule()
+        for i, n in enumerate(sched):
+            if i:
+                time.sleep(self.s.step_s)
+            total += n
+            meta: dict[str, Any] = {"id": "r1", "prompt_tokens": 12, "completion_tokens": total,
+                                    "finish_reason": None}
+            if i == len(sched) - 1:
+                verify = len(self.s.steps)
+                meta.update({"finish_reason": {"type": "length", "length": total},
+                             "spec_verify_ct": verify,
+                             "spec_accept_length": total / verify,
+                             "spec_num_correct_drafts": sum(k - 1 for k in self.s.steps),
+                             "e2e_latency": 0.05})
+            self._event({"text": "x" * total, "output_ids": list(range(total)), "meta_info": meta})
+        self._count()
+        self._event("[DONE]")
+        self._end_sse()
+
+    def _openai(self, body: dict[str, Any]) -> None:
+        fam = self.server_ref.family
+        if body.get("model") and body["model"] != self.s.model:
+            self._json({"error": {"message": f"The model `{body['model']}` does not exist.",
+                                  "type": "NotFoundError", "code": 404}}, 404)
+            return
+        chat = self.path.endswith("chat/completions")
+        opts = body.get("stream_options") or {}
+        continuous = bool(opts.get("continuous_usage_stats"))
+        self._start_sse()
+        total = 0
+        decoded_iters = 0
+        per_token = fam == "llamacpp"  # llama-server sends one event per token on every route
+        start = time.perf_counter()
+        for i, k in enumerate(self._schedule()):
+            if i:
+                time.sleep(self.s.step_s)
+                decoded_iters += 1
+            else:
+                start = time.perf_counter()
+            for n in [1] * k if per_token else [k]:
+                total += n
+                self._oai_chunk(body, chat, continuous, n, total, decoded_iters)
+        self._count()
+        if fam == "sglang" and body.get("return_spec_tokens_details"):
+            self._event({"id": "cmpl-1", "choices": [], "sglext": {"spec_tokens_details": {
+                "spec_verify_ct": len(self.s.steps), "spec_accept_length": total / len(self.s.steps)}}})
+        if opts.get("include_usage", fam == "trtllm" and "stream_options" in body):
+            final: dict[str, Any] = {"id": "cmpl-1", "choices": [], "model": self.s.model,
+                                     "usage": {"prompt_tokens": 12, "completion_tokens": total,
+                                               "total_tokens": 12 + total}}
+            if fam == "vllm" and self.s.per_request_metrics:
+                steps = len(self.s.steps)
+                acc = sum(k - 1 for k in self.s.steps)
+                final["metrics"] = {"speculative_decoding": {
+                    "mean_acceptance_length": 1 + acc / steps,
+                    "draft_acceptance_rate": acc / (3 * steps), "num_spec_steps": steps,
+                    "num_accepted_draft_tokens": acc, "num_draft_tokens": 3 * steps}}
+            if fam == "llamacpp":
+                ms = (time.perf_counter() - start) * 1e3
+                final["timings"] = {"prompt_n": 12, "predicted_n": total, "predicted_ms": ms,
+                                    "predicted_per_second": 1e3 * (total - 1) / ms,
+                                    "draft_n": 3 * len(self.s.steps),
+                                    "draft_n_accepted": sum(k - 1 for k in self.s.steps)}
+            self._event(final)
+        self._event("[DONE]")
+        self._end_sse()
+
+    def _oai_chunk(self, body: dict[str, Any], chat: bool, continuous: bool, n: int, total: int,
+               decoded_iters: int) -> None:
+        fam = self.server_ref.family
+        choice: dict[str, Any] = {"index": 0, "finish_reason": None}
+        if chat:
+            choice["delta"] = {"content": "y" * n}
+        else:
+            choice["text"] = "y" * n
+        if fam == "vllm" and body.get("return_token_ids"):
+            choice["token_ids"] = list(range(n))
+        if fam == "trtllm":
+            if body.get("detokenize") is False:
+                choice["token_ids"] = list(range(n))
+            if decoded_iters:
+                choice["avg_decoded_tokens_per_iter"] = (total - 1) / decoded_iters
+        chunk: dict[str, Any] = {"id": "cmpl-1", "object": "text_completion",
+                                 "model": self.s.model, "choices": [choice]}
+        if continuous:
+            chunk["usage"] = {"prompt_tokens": 12, "completion_tokens": total,
+                              "total_tokens": 12 + total}
+        self._event(chunk)
+
+    def _tgi(self, body: dict[str, Any]) -> None:
+        """One event per token; details on the last; no [DONE]."""
+        self._start_sse()
+        sent = 0
+        sched = self._schedule()
+        total = self.s.completion_tokens
+        for i, n in enumerate(sched):
+            if i:
+                time.sleep(self.s.step_s)
+            for _ in range(n):
+                sent += 1
+                last = sent == total
+                self._event({"index": sent, "token": {"id": 100 + sent % 50, "text": "z",
+                                                      "logprob": -0.1, "special": False},
+                             "generated_text": "z" * total if last else None,
+                             "details": {"finish_reason": "length", "generated_tokens": total,
+                                         "seed": None} if last else None})
+        self._count()
+        self._end_sse()

@@ -1,0 +1,105 @@
+"""Every backend against its protocol-faithful test server, on known answers."""
+
+import pytest
+
+from pytest_specbound.backends import get_backend
+from pytest_specbound.backends.base import Prompt
+from pytest_specbound.backends.detect import identify
+from pytest_specbound.measure import FixedCount, Sampler, measure
+from pytest_specbound.stream import Endpoint
+from tests.servers.fake import FakeServer, Script
+
+SERVER_ACCEPT = ["sglang", "vllm", "llamacpp", "trtllm"]
+PROMPTS = [Prompt(text="count to ten"), Prompt(messages=({"role": "user", "content": "hi"},))]
+
+
+def run(family, script=None, backend=None, samples=3, prompts=PROMPTS, model=None):
+    with FakeServer(family, script) as srv:
+        sampler = Sampler(Endpoint(srv.url), get_backend(backend or family), model)
+        m = measure(sampler, prompts, 41, FixedCount(samples), warmup=1)
+        return m, srv
+
+
+@pytest.mark.parametrize("family", SERVER_ACCEPT)
+def test_ten_steps_of_four_is_accept_four_from_the_server(family):
+    m, _ = run(family)
+    assert not m.failures, [r.error for r in m.failures]
+    assert m.accept_length == pytest.approx(4.0)
+    assert m.accept_source == "server"
+    assert all(r.completion_tokens == 41 for r in m.records)
+
+
+def test_tgi_accept_from_skipped_tokens_histogram():
+    m, _ = run("tgi")
+    assert m.accept_length == pytest.approx(4.0) and m.accept_source == "metrics"
+
+
+def test_vllm_without_per_request_metrics_falls_back_to_prometheus():
+    m, _ = run("vllm", Script(per_request_metrics=False))
+    assert m.accept_length == pytest.approx(4.0) and m.accept_source == "metrics"
+
+
+def test_no_accept_statistics_falls_back_to_flagged_estimate():
+    m, _ = run("vllm", Script(per_request_metrics=False, fault="nometrics"))
+    assert m.accept_source == "estimate"
+    assert m.accept_length == pytest.approx(4.0, rel=0.05)
+
+
+def test_generic_openai_estimates_from_chunks():
+    m, _ = run("vllm", backend="openai")
+    assert m.accept_source == "estimate" and m.accept_length == pytest.approx(4.0)
+
+
+def test_llamacpp_bursts_estimate_when_only_arrival_gaps_show_steps():
+    from pytest_specbound.backends.base import burst_accept
+
+    times, t = [0.0], 0.0
+    for _ in range(10):
+        t += 0.004
+        times += [t, t + 1e-5, t + 2e-5, t + 3e-5]
+    assert burst_accept(times, len(times) - 1, chunks_are_steps=False) == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("steps", [[1] * 12, [2, 3, 4, 1, 4, 2], [4] * 3 + [1] * 3])
+@pytest.mark.parametrize("family", SERVER_ACCEPT)
+def test_uneven_steps(family, steps):
+    m, _ = run(family, Script(steps=steps), samples=2)
+    assert m.accept_length == pytest.approx(sum(steps) / len(steps))
+
+
+def test_sglang_native_cumulative_text_counts_tokens_per_chunk():
+    m, _ = run("sglang", Script(steps=[3, 2, 4]), prompts=[Prompt(text="x")], samples=1)
+    assert m.records[0].chunk_tokens == [1, 3, 2, 4]
+
+
+def test_vllm_request_is_deterministic_and_counts_ids():
+    m, srv = run("vllm", prompts=[Prompt(text="x")], samples=1)
+    body = srv.requests[-1]["body"]
+    assert body["temperature"] == 0.0 and body["ignore_eos"] and body["min_tokens"] == 41
+    assert body["return_token_ids"] and body["stream_options"]["include_usage"]
+    assert m.records[0].chunk_tokens == [1] + [4] * 10
+
+
+def test_trtllm_gets_no_unknown_fields():
+    _, srv = run("trtllm", prompts=[Prompt(text="x")], samples=1)
+    assert "return_token_ids" not in srv.requests[-1]["body"]
+
+
+def test_decode_rate_and_ttft_follow_the_schedule():
+    m, _ = run("llamacpp", Script(steps=[4] * 20, step_s=0.01, ttft_s=0.05), samples=2)
+    # 80 tokens in 20 steps of 10 ms: about 400 tok/s (sleep overshoots, so a bit less)
+    assert 300 < m.decode_tok_s < 410
+    assert m.server_decode_tok_s == pytest.approx(m.decode_tok_s, rel=0.1)
+    assert 45 < m.ttft_ms()["median"] < 120
+
+
+@pytest.mark.parametrize("family", ["sglang", "vllm", "llamacpp", "trtllm", "tgi"])
+def test_auto_identifies_family(family):
+    with FakeServer(family) as srv:
+        assert identify(Endpoint(srv.url)) == family
+
+
+def test_server_info_records_version():
+    with FakeServer("sglang") as srv:
+        info = get_backend("sglang").info(Endpoint(srv.url))
+    assert info["version"] == "0.5.23" and info["speculative"]["speculative_num_steps"] == 3
