@@ -1,0 +1,86 @@
+"""Measurement against a real llama-server on generated models (runs in CI, not skipped)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pytest_specbound.backends.llamacpp import ACCEPTED, DRAFTS, LlamaCpp
+from pytest_specbound.hardware import parse_hardware
+from pytest_specbound.measure import FixedCount, Sampler, measure
+from pytest_specbound.models import load_model
+from pytest_specbound.prompts import load_prompts
+from pytest_specbound.roofline import compute_roofline
+from pytest_specbound.speculative import parse_speculation
+
+pytestmark = pytest.mark.integration
+
+
+def run(server, samples=6, max_tokens=128, prompts="coding"):
+    backend = LlamaCpp()
+    sampler = Sampler(server.endpoint, backend)
+    measure(sampler, load_prompts(prompts), max_tokens, FixedCount(1), warmup=1)
+    before = backend.scrape(server.endpoint)
+    m = measure(sampler, load_prompts(prompts), max_tokens, FixedCount(samples), warmup=0)
+    after = backend.scrape(server.endpoint)
+    assert not m.failures, [r.error for r in m.failures]
+    return m, before, after
+
+
+def counters_accept(before, after):
+    drafts = after[DRAFTS] - before[DRAFTS]
+    return 1 + (after[ACCEPTED] - before[ACCEPTED]) / drafts
+
+
+def test_no_speculation_rate_matches_server_timings(launch_llama):
+    m, _, _ = run(launch_llama("target"), samples=6, max_tokens=256)
+    assert m.server_decode_tok_s
+    assert m.decode_tok_s / m.server_decode_tok_s == pytest.approx(1.0, abs=0.02)
+    assert all(r.completion_tokens == 256 for r in m.records)
+
+
+def test_synthetic_accept_3_matches_server_counters(launch_llama):
+    m, before, after = run(launch_llama("target", "--spec-synth-len", "3.0", draft=True))
+    assert m.accept_source == "server"
+    assert m.accept_length == pytest.approx(counters_accept(before, after), abs=0.05)
+    assert 2.7 <= m.accept_length <= 3.3
+
+
+def test_lower_synthetic_accept_is_slower(launch_llama):
+    hi, _, _ = run(launch_llama("target", "--spec-synth-len", "3.0", draft=True), samples=4)
+    lo, _, _ = run(launch_llama("target", "--spec-synth-len", "2.0", draft=True), samples=4)
+    assert lo.accept_length < hi.accept_length
+    assert lo.decode_tok_s < hi.decode_tok_s
+
+
+def test_cpu_roofline_is_never_exceeded(launch_llama, gguf_models):
+    m, _, _ = run(launch_llama("large"), samples=3, max_tokens=64)
+    roof = compute_roofline(parse_hardware("cpu"), load_model(str(gguf_models["large"])),
+                            parse_speculation("none"), context=0, overhead_ms=0.0)
+    assert roof.model.weight_bytes > 105 * 2**20  # bigger than the last-level cache
+    assert max(r.decode_tok_s for r in m.records) <= roof.tok_s(1.0)
+    assert m.server_decode_tok_s <= roof.tok_s(1.0)
+
+
+def test_measure_cli_json_against_synth_2_5(launch_llama):
+    server = launch_llama("target", "--spec-synth-len", "2.5", draft=True)
+    backend = LlamaCpp()
+    before = backend.scrape(server.endpoint)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_specbound.cli", "measure", "--url", server.url,
+         "--samples", "6", "--warmup", "0", "--max-tokens", "128", "--format", "json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    after = backend.scrape(server.endpoint)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["backend"] == "llamacpp" and data["accept_source"] == "server"
+    assert data["accept_length"] == pytest.approx(counters_accept(before, after), abs=0.05)
+    assert 2.2 < data["accept_length"] < 2.8
+    for r in data["requests"]:
+        assert r["completion_tokens"] == 128 and r["decode_s"] > 0 and r["accept_length"] > 1
+        assert r["server_decode_tok_s"] > 0
+    assert data["ttft_ms"]["median"] > 0
