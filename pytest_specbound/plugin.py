@@ -1,1 +1,468 @@
-"""pytest glue (placeholder until the plugin issue lands): registers nothing slow."""
+"""pytest glue: options, budget-file collection, markers, fixtures, reports.
+
+Import-light on purpose: pytest imports this module in every session of every project that has
+the package installed, so everything beyond ``settings`` is imported inside the hooks that use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .settings import OPTIONS, resolve
+
+if TYPE_CHECKING:
+    from .budget import Budget
+    from .hardware import Hardware
+    from .pool import ServerPool
+    from .verdict import Verdict
+
+MARKER_KEYS = ("prompt_class", "prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s",
+               "max_ttft_ms", "samples", "server", "budget", "model", "dtype", "speculative",
+               "draft_model")
+PROPERTY = "specbound"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("specbound", "roofline-derived performance gates (pytest-specbound)")
+    for opt in OPTIONS:
+        env = f" [env {opt.env}]" if opt.env else ""
+        default = f" (default {opt.default})" if opt.default else ""
+        group.addoption(opt.flag, dest=opt.name, default=None, help=opt.help + env + default)
+        parser.addini(opt.name, opt.help, type="args" if opt.name == "specbound_budgets" else None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "specbound(prompt_class=..., accept=(lo, hi), min_efficiency=..., min_tok_s=..., "
+        "prompts=..., max_tokens=..., server=..., budget=...): a roofline-derived performance "
+        "gate for the specbound_measure / specbound_check fixtures",
+    )
+    from .errors import ConfigError
+
+    cli = {opt.name: config.getoption(opt.name) for opt in OPTIONS}
+    try:
+        settings = resolve(cli, os.environ, lambda name: config.getini(name))
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    hardware = None
+    if settings.hw:
+        try:
+            from .cli import hardware_from_args
+
+            hardware = hardware_from_args(settings.hw, None, "--specbound-hw")
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    config.pluginmanager.register(SpecboundSession(config, settings, hardware), "specbound-session")
+
+
+class VerdictFailure(Exception):
+    """A failed gate: rendered as its verdict text, without a traceback."""
+
+
+class SpecboundSession:
+    """Session state (registered plugin object): hardware, servers, results."""
+
+    def __init__(self, config: pytest.Config, settings: Any, hardware: Hardware | None) -> None:
+        self.config = config
+        self.settings = settings
+        self._hardware = hardware
+        self._hw_checked = hardware is not None
+        self._skip_reason = ""
+        self._pool: ServerPool | None = None
+        self.results: list[dict[str, Any]] = []
+        self.running: dict[str, dict[str, Any]] = {}
+        self.controller = not hasattr(config, "workerinput")
+        self._old_sigterm: Any = None
+
+    # -- session resources ---------------------------------------------------------------
+    @property
+    def hardware(self) -> Hardware | None:
+        if not self._hw_checked:
+            self._hw_checked = True
+            try:
+                from .hardware import detect_hardware
+
+                self._hardware = detect_hardware()
+            except Exception as exc:  # no NVML, no GPU: say what to pass
+                self._skip_reason = (
+                    "specbound: no hardware given and none detected "
+                    f"({str(exc).split(': ', 1)[-1]}); pass --specbound-hw=NAME "
+                    "(e.g. a6000x2, h100x8, cpu) or set SPECBOUND_HW"
+                )
+        return self._hardware
+
+    def skip_reason(self) -> str:
+        return self._skip_reason or "specbound: no hardware"
+
+    @property
+    def pool(self) -> ServerPool:
+        if self._pool is None:
+            from .pool import ServerPool, worker_id
+
+            shared = None
+            if os.environ.get("PYTEST_XDIST_WORKER"):
+                factory = self.config._tmp_path_factory  # type: ignore[attr-defined]
+                shared = factory.getbasetemp().parent
+            self._pool = ServerPool(self.settings.log_dir, shared, worker_id())
+        return self._pool
+
+    def run(self, budget: Budget, cls_name: str, item: pytest.Item,
+            marker_server: dict[str, Any] | None = None) -> tuple[dict[str, Any], Verdict]:
+        from .runner import run_class
+
+        hw = self.hardware
+        assert hw is not None
+        cls = budget.for_hardware(hw.label).classes[cls_name]
+        progress = self._progress(item.nodeid)
+
+        def partial(result: dict[str, Any]) -> None:
+            self.running[item.nodeid] = result
+            if self.controller:
+                self._write_json(partial=True)
+
+        try:
+            result, verdict = run_class(budget.for_hardware(hw.label), cls, hw, self.settings,
+                                        self.pool, marker_server, progress, partial)
+        finally:
+            self.running.pop(item.nodeid, None)
+        result["nodeid"] = item.nodeid
+        item.user_properties.append((PROPERTY, json.dumps(result, default=str)))
+        for key in ("accept_length", "decode_tok_s", "roofline_tok_s", "efficiency", "verdict"):
+            item.user_properties.append((f"specbound_{key}", result.get(key)))
+        return result, verdict
+
+    def _progress(self, nodeid: str) -> Callable[[Any], None] | None:
+        from .progress import Progress
+
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None or self.config.get_verbosity() < 0 or not self.controller:
+            return None
+        capman = self.config.pluginmanager.get_plugin("capturemanager")
+        tty = bool(getattr(reporter, "isatty", False))
+
+        def write(text: str, rewrite: bool) -> None:
+            with capman.global_and_fixture_disabled() if capman else _nullcontext():
+                if rewrite:
+                    reporter.rewrite(text, erase=True)
+                else:
+                    reporter.write_line(text)
+
+        return Progress(write, nodeid, tty).update
+
+    # -- hooks ---------------------------------------------------------------------------
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            # SIGTERM (CI cancel, timeout) becomes an interrupt: servers stopped, results kept
+            self._old_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.File | None:
+        if file_path.suffix != ".toml" or not self._is_budget(file_path):
+            return None
+        return BudgetFile.from_parent(parent, path=file_path)
+
+    def _is_budget(self, path: Path) -> bool:
+        config = self.config
+        args = [Path(a.split("::")[0]).resolve() for a in config.args]
+        if path.resolve() in args:
+            return True
+        root = config.rootpath
+        for entry in self.settings.budgets:
+            base = (root / entry).resolve()
+            if base == path.resolve() or base in path.resolve().parents:
+                return True
+        return False
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            for mark in item.iter_markers("specbound"):
+                unknown = sorted(set(mark.kwargs) - set(MARKER_KEYS))
+                if unknown or mark.args:
+                    what = f"keyword '{unknown[0]}'" if unknown else "positional arguments"
+                    raise pytest.UsageError(
+                        f"{item.nodeid}: @pytest.mark.specbound: unknown {what}; valid: "
+                        f"{', '.join(MARKER_KEYS)}")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self.controller:
+            return
+        for name, value in report.user_properties:
+            if name == PROPERTY and report.when == "call":
+                self.results.append(json.loads(value))
+                self._write_json(partial=True)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.results or not self.controller:
+            return
+        from .report.table import terminal
+
+        terminalreporter.write_sep("=", "specbound summary")
+        for line in terminal(self.results).splitlines():
+            terminalreporter.write_line(line)
+        seen = set()
+        for r in self.results:
+            key = (r["budget"], r["hardware"])
+            if key not in seen:
+                seen.add(key)
+                c = r["roofline"]["components_ms"]
+                terminalreporter.write_line(
+                    f"roofline {Path(r['budget']).name} on {r['hardware']}: "
+                    f"{r['roofline']['round_ms']:.1f} ms per round = weights {c['weights']:.1f} | "
+                    f"kv {c['kv_cache']:.1f} | state {c['linear_state']:.1f} | allreduce "
+                    f"{c['allreduce']:.1f} | draft {c['draft']:.1f} | sched {c['overhead']:.1f}")
+        if self.settings.json_path:
+            terminalreporter.write_line(f"specbound results: {self.settings.json_path}")
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self._pool is not None:
+            self._pool.close()
+        if self._old_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+        if not self.controller or not self.results and not self.running:
+            return
+        interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
+        self._write_json(partial=interrupted)
+        self._write_extras()
+
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        if self._pool is not None:
+            self._pool.stop_owned_now()
+        if self.controller:
+            self._write_json(partial=True)
+
+    # -- outputs -------------------------------------------------------------------------
+    def run_info(self) -> dict[str, Any]:
+        hw = self._hardware
+        budgets = {r["budget"]: r["budget_sha256"] for r in self.results}
+        servers = {r["budget"]: r.get("server") for r in self.results}
+        return {"hardware": hw.describe() if hw else None, "budgets": budgets,
+                "servers": servers, "models": sorted({r["model"] for r in self.results}),
+                "confidence": self.settings.confidence}
+
+    def _write_json(self, partial: bool) -> None:
+        path = self.settings.json_path
+        if not path:
+            return
+        from .report.results import write_results
+
+        rows = self.results + [dict(r, partial=True) for r in self.running.values()]
+        write_results(path, rows, partial or bool(self.running), self.run_info())
+
+    def _write_extras(self) -> None:
+        s = self.settings
+        if s.benchmark_json:
+            from .report.results import write_benchmark
+
+            write_benchmark(s.benchmark_json, self.results, self.run_info())
+        if s.plot:
+            from .report.plot import write_plot
+
+            write_plot(s.plot, self.results)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            from .report.table import markdown
+
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(markdown(self.results))
+
+
+def _nullcontext() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def _session(config: pytest.Config) -> SpecboundSession:
+    plugin = config.pluginmanager.get_plugin("specbound-session")
+    assert isinstance(plugin, SpecboundSession)
+    return plugin
+
+
+def _outcome_for(verdict: Verdict, settings: Any) -> None:
+    """Raise what pytest should see for ``verdict``: nothing (pass), skip or failure."""
+    if verdict.status == "pass":
+        return
+    if verdict.status == "inconclusive":
+        if settings.inconclusive == "pass":
+            return
+        if settings.inconclusive == "skip":
+            pytest.skip("specbound: inconclusive: " + "; ".join(verdict.lines))
+    raise VerdictFailure(verdict)
+
+
+class BudgetFile(pytest.File):
+    """A budget TOML: one item per prompt class, named CLASS[HARDWARE]."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from .budget import load_budget
+
+        budget = load_budget(self.path)
+        hw = _session(self.config).hardware
+        label = hw.label if hw else "no-hw"
+        for name in budget.classes:
+            yield BudgetItem.from_parent(self, name=f"{name}[{label}]", budget=budget,
+                                         cls_name=name)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> Any:
+        from .errors import SpecboundError
+
+        if isinstance(excinfo.value, SpecboundError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class BudgetItem(pytest.Item):
+    def __init__(self, *, budget: Budget, cls_name: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.budget = budget
+        self.cls_name = cls_name
+        self.add_marker(pytest.mark.specbound)
+
+    def runtest(self) -> None:
+        session = _session(self.config)
+        if session.hardware is None:
+            pytest.skip(session.skip_reason())
+        _, verdict = session.run(self.budget, self.cls_name, self)
+        _outcome_for(verdict, session.settings)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> Any:
+        from .errors import SpecboundError
+
+        label = self.nodeid
+        exc = excinfo.value
+        if isinstance(exc, VerdictFailure):
+            verdict = exc.args[0]
+            head = "FAILED" if verdict.status == "fail" else verdict.status.upper()
+            return "\n".join([f"{label} {head}", *(f"  {ln}" for ln in verdict.lines)])
+        if isinstance(exc, SpecboundError):
+            return f"{label} ERROR\n  {exc}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"{self.budget.path.name}::{self.name}"
+
+
+# -- fixtures for Python tests ---------------------------------------------------------------
+def _marker_budget(request: pytest.FixtureRequest, overrides: dict[str, Any]) -> tuple[Budget, str]:
+    from .budget import load_budget, parse_budget
+    from .errors import ConfigError
+
+    mark = request.node.get_closest_marker("specbound")
+    kw = {**(mark.kwargs if mark else {}), **overrides}
+    unknown = sorted(set(kw) - set(MARKER_KEYS))
+    if unknown:
+        raise pytest.UsageError(f"specbound: unknown keyword '{unknown[0]}'; valid: "
+                                f"{', '.join(MARKER_KEYS)}")
+    name = kw.get("prompt_class") or "chat"
+    cls = {k: (list(v) if k == "accept" else v) for k, v in kw.items()
+           if k in ("prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s",
+                    "max_ttft_ms", "samples")}
+    origin = Path(str(request.node.path))
+    try:
+        if kw.get("budget"):
+            base = load_budget(Path(request.config.rootpath) / kw["budget"])
+            data: dict[str, Any] = {"model": {"name": "x"}, "server": {"url": "http://x"},
+                                    "classes": {name: {"prompts": base.classes[name].prompts
+                                                       if name in base.classes else name,
+                                                       **cls}}}
+            extra = parse_budget(data, origin)
+            from dataclasses import replace
+
+            return replace(base, classes={**base.classes, name: extra.classes[name]}), name
+        spec = str(kw.get("speculative") or "none").split(":")
+        data = {"model": {"name": kw.get("model") or "unknown", **(
+                    {"dtype": kw["dtype"]} if kw.get("dtype") else {})},
+                "speculative": {"method": spec[0], **({"steps": int(spec[1])} if len(spec) > 1
+                                                      else {}),
+                                **({"draft_model": kw["draft_model"]} if kw.get("draft_model")
+                                   else {})},
+                "server": dict(kw.get("server") or {"url": "http://unset"}),
+                "classes": {name: {"prompts": kw.get("prompts") or name, **cls}}}
+        return parse_budget(data, origin), name
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.fixture(scope="session")
+def specbound_hw(request: pytest.FixtureRequest) -> Hardware:
+    """The hardware of this run (``--specbound-hw`` or NVML); skips when there is none."""
+    session = _session(request.config)
+    if session.hardware is None:
+        pytest.skip(session.skip_reason())
+    return session.hardware
+
+
+@pytest.fixture
+def specbound_model(request: pytest.FixtureRequest) -> Any:
+    """The target model named by the test's ``specbound`` marker (or its budget)."""
+    from .runner import resolve_model
+
+    budget, _ = _marker_budget(request, {})
+    return resolve_model(budget.model, {}, budget.path.parent, "specbound marker: model")
+
+
+@pytest.fixture
+def specbound_roofline(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Any:
+    """The per-round roofline for the marker's model and speculative method on this hardware."""
+    from .runner import roofline_for
+
+    budget, _ = _marker_budget(request, {})
+    return roofline_for(budget, specbound_hw, {})
+
+
+@pytest.fixture
+def specbound_server(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Any:
+    """The server for this test's config (one per distinct launch config per run)."""
+    from .runner import server_config
+
+    session = _session(request.config)
+    budget, _ = _marker_budget(request, {})
+    server, _backend = session.pool.get(server_config(budget, session.settings, None))
+    return server
+
+
+@pytest.fixture
+def specbound_measure(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Callable[..., Any]:
+    """``specbound_measure(prompt_class=None, **overrides)`` -> the class result (a dict)."""
+    session = _session(request.config)
+
+    def run(prompt_class: str | None = None, **overrides: Any) -> dict[str, Any]:
+        if prompt_class:
+            overrides["prompt_class"] = prompt_class
+        budget, name = _marker_budget(request, overrides)
+        result, verdict = session.run(budget, name, request.node)
+        result["_verdict"] = verdict
+        return result
+
+    return run
+
+
+@pytest.fixture
+def specbound_check(request: pytest.FixtureRequest) -> Callable[[dict[str, Any]], None]:
+    """``specbound_check(result)`` fails the test with the verdict text (no traceback)."""
+    session = _session(request.config)
+
+    def check(result: dict[str, Any]) -> None:
+        verdict = result["_verdict"]
+        try:
+            _outcome_for(verdict, session.settings)
+        except VerdictFailure:
+            pytest.fail("\n".join(verdict.lines), pytrace=False)
+
+    return check

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specbound.server import LaunchSpec, Server, start_server
-from tests.servers.gguf_models import write_llama_gguf
+from pytest_specbound.gguf_writer import write_llama_gguf
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +44,7 @@ def launch_llama(
         key = (model, str(draft), *extra)
         if key not in servers:
             argv = [llama_server_bin, "-m", str(gguf_models[model]), "--host", "{host}",
-                    "--port", "{port}", "-t", "2", "-c", "2048", "--metrics", "-np", "1"]
+                    "--port", "{port}", "-t", "1", "-c", "2048", "--metrics", "-np", "1"]
             if draft:
                 argv += ["-md", str(gguf_models["draft"]), "--spec-type", "draft-simple",
                          "--spec-draft-n-max", "3"]

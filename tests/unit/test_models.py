@@ -122,7 +122,7 @@ def test_safetensors_index_gives_exact_bytes(tmp_path):
 
 def test_gguf_exact_bytes(tmp_path):
     pytest.importorskip("gguf")
-    from tests.servers.gguf_models import write_llama_gguf
+    from pytest_specbound.gguf_writer import write_llama_gguf
 
     path = write_llama_gguf(tmp_path / "m.gguf", n_layers=2, hidden=64, ffn=128, heads=4)
     m = load_model(str(path))

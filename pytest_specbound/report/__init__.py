@@ -1,0 +1,1 @@
+"""Reports: terminal table, results JSON, markdown step summary, pytest-benchmark JSON, plot."""

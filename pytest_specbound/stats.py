@@ -1,0 +1,99 @@
+"""Confidence bounds for ratio-of-sums estimates, and a sequential stopping rule.
+
+Decode tok/s is sum(tokens) / sum(decode seconds) and accept length is sum(tokens) /
+sum(verify steps), both over requests of different lengths: their intervals use the delta
+method for a ratio estimator, se^2 = sum((y_i - R x_i)^2) / (n (n - 1) xbar^2), with a Student-t
+quantile. Efficiency (measured over roofline at the measured accept length) simplifies to
+roofline round time x sum(verify steps) / sum(decode seconds), itself a ratio of sums, so the
+accept length's uncertainty is carried through exactly.
+
+Repeated looks: the rule looks at n = min_samples and then at about 1.5x steps; look k (1-based)
+uses level 1 - alpha / (k (k + 1)). These alphas sum to alpha over any number of looks, so the
+chance that any look declares a false verdict stays below alpha (a union bound: alpha spending).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from .records import RequestRecord
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student-t quantile (Hill's 1970 expansion; accurate to ~1e-3 for df >= 2)."""
+    z = NormalDist().inv_cdf(p)
+    if df <= 0:
+        return z
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
+    return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
+
+
+@dataclass(frozen=True)
+class Interval:
+    estimate: float
+    low: float
+    high: float
+
+
+def ratio_interval(ys: Sequence[float], xs: Sequence[float], level: float) -> Interval | None:
+    """Two-sided interval for sum(ys) / sum(xs) at confidence ``level``."""
+    n = len(ys)
+    sx = sum(xs)
+    if n == 0 or sx <= 0:
+        return None
+    r = sum(ys) / sx
+    if n < 2:
+        return Interval(r, -math.inf, math.inf)
+    xbar = sx / n
+    resid = sum((y - r * x) ** 2 for y, x in zip(ys, xs))
+    se = math.sqrt(resid / (n * (n - 1))) / xbar
+    q = t_quantile(1 - (1 - level) / 2, n - 1)
+    return Interval(r, r - q * se, r + q * se)
+
+
+def bounds(records: Sequence[RequestRecord], round_ms: float, level: float,
+           max_accept: float | None = None) -> dict[str, tuple[float, float]]:
+    """Intervals for ``decode_tok_s``, ``accept_length`` and ``efficiency`` at ``level``."""
+    ok = [r for r in records if r.ok and r.decode_s > 0]
+    tokens = [float(r.decode_tokens) for r in ok]
+    seconds = [r.decode_s for r in ok]
+    out: dict[str, tuple[float, float]] = {}
+    rate = ratio_interval(tokens, seconds, level)
+    if rate:
+        out["decode_tok_s"] = (rate.low, rate.high)
+    with_steps = [r for r in ok if r.verify_steps]
+    steps = [r.verify_steps or 0.0 for r in with_steps]
+    accept = ratio_interval([float(r.decode_tokens) for r in with_steps], steps, level)
+    if accept:
+        out["accept_length"] = (accept.low, accept.high)
+        if max_accept is None or accept.estimate <= max_accept:
+            eff = ratio_interval(steps, [r.decode_s for r in with_steps], level)
+            if eff:
+                s = round_ms / 1e3
+                out["efficiency"] = (eff.low * s, eff.high * s)
+    elif rate:  # no speculation: accept is 1 and efficiency is rate x round time
+        s = round_ms / 1e3
+        out["efficiency"] = (rate.low * s, rate.high * s)
+    return out
+
+
+def look_schedule(min_samples: int, max_samples: int) -> list[int]:
+    """Sample counts at which the sequential rule looks: min, then ~1.5x, ending at max."""
+    looks, n = [], max(2, min_samples)
+    while n < max_samples:
+        looks.append(n)
+        n = max(n + 1, math.ceil(n * 1.5))
+    looks.append(max_samples)
+    return looks
+
+
+def look_level(confidence: float, look: int) -> float:
+    """Confidence level at the ``look``-th look (1-based): alpha spent as alpha / (k (k + 1))."""
+    alpha = 1 - confidence
+    return 1 - alpha / (look * (look + 1))
