@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from .errors import ConfigError
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -27,10 +28,15 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 def loads_toml(text: str, origin: str) -> dict[str, Any]:
     """Parse TOML text, naming ``origin`` in errors."""
     try:
-        return tomllib.loads(text)
+        data: dict[str, Any] = tomllib.loads(text)
+        return data
     except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None)
         msg = getattr(exc, "msg", str(exc))
+        found = re.search(r"\s*\(at line (\d+), column (\d+)\)", msg)
+        if found:  # Python 3.11-3.13 put the position in the message only
+            line = line or int(found.group(1))
+            msg = msg[: found.start()] + f" (column {found.group(2)})"
         where = f"{origin}:{line}" if line else origin
         raise ConfigError(f"{where}: TOML syntax error: {msg}") from None
 
@@ -41,8 +47,10 @@ def key_line(text: str, key: str, table: str | None = None) -> int | None:
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if line.startswith("[") and not line.startswith("[["):
-            current = line.strip("[]").strip()
+            current = line.strip("[]").strip().replace('"', "")
             if table is not None and key == "" and current == table:
+                return number
+            if table is None and key and (current == key or current.startswith(key + ".")):
                 return number
             continue
         if (table is None or current == table) and line.split("=", 1)[0].strip().strip('"') == key:

@@ -8,6 +8,7 @@ hidden x tokens x 2 bytes (tens of KB), so latency dominates.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ class LinkModel:
         if len(points) == 1:
             return points[0][1]
         x = math.log2(tp)
-        for (t0, y0), (t1, y1) in zip(points, points[1:]):
+        for (t0, y0), (t1, y1) in itertools.pairwise(points):
             if tp <= t1 or (t1, y1) == points[-1]:
                 x0, x1 = math.log2(t0), math.log2(t1)
                 return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))

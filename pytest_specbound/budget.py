@@ -78,12 +78,13 @@ class Budget:
 class _Where:
     """Builds one-line errors that point at the file, line and key."""
 
-    def __init__(self, path: Path, text: str) -> None:
+    def __init__(self, path: Path, text: str, display: str | None = None) -> None:
         self.path, self.text = path, text
+        self.display = display or str(path)
 
     def error(self, table: str | None, key: str, message: str) -> ConfigError:
         line = key_line(self.text, key, table) if key else key_line(self.text, "", table)
-        where = f"{self.path}:{line}" if line else str(self.path)
+        where = f"{self.display}:{line}" if line else self.display
         name = f"{table}.{key}" if table and key else (table or key)
         return ConfigError(f"{where}: {name}: {message}")
 
@@ -138,20 +139,22 @@ def _class_fields(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_budget(path: str | Path) -> Budget:
-    """Parse and validate a budget file."""
+def load_budget(path: str | Path, display: str | None = None) -> Budget:
+    """Parse and validate a budget file; errors name it as ``display`` (default: the path)."""
     p = Path(path)
     try:
         raw = p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
     text = raw.decode("utf-8", "replace")
-    return parse_budget(loads_toml(text, str(p)), p, text, hashlib.sha256(raw).hexdigest())
+    name = display or str(p)
+    return parse_budget(loads_toml(text, name), p, text, hashlib.sha256(raw).hexdigest(), name)
 
 
-def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = "") -> Budget:
+def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = "",
+                 display: str | None = None) -> Budget:
     """Validate budget tables (from a file, or from a marker's keywords)."""
-    w = _Where(p, text)
+    w = _Where(p, text, display)
     for key in data:
         if key not in TOP_KEYS:
             raise w.error(None, key, f"unknown table; valid: {', '.join(sorted(TOP_KEYS))}")

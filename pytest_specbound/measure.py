@@ -83,7 +83,7 @@ class Measurement:
         values = sorted(r.ttft_s * 1e3 for r in self.ok)
         if not values:
             return {"median": None, "p90": None}
-        p90 = values[min(len(values) - 1, int(round(0.9 * (len(values) - 1))))]
+        p90 = values[min(len(values) - 1, round(0.9 * (len(values) - 1)))]
         return {"median": statistics.median(values), "p90": p90}
 
     def to_dict(self, chunks: bool = False) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,9 @@ def detect(nvml: Any = None) -> DetectedGPU:
     """Query GPU 0 (and the count) through NVML; ``ConfigError`` says why it cannot."""
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         except ImportError:
             raise ConfigError(
                 "--specbound-hw=auto: NVML is not available (pip install "
@@ -57,7 +60,5 @@ def detect(nvml: Any = None) -> DetectedGPU:
             nvlink=nvlink,
         )
     finally:
-        try:
+        with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
-        except Exception:
-            pass

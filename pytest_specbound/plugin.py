@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 MARKER_KEYS = ("prompt_class", "prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s",
                "max_ttft_ms", "samples", "server", "budget", "model", "dtype", "speculative",
-               "draft_model")
+               "draft_model", "served_name")
 PROPERTY = "specbound"
 
 
@@ -35,7 +35,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         env = f" [env {opt.env}]" if opt.env else ""
         default = f" (default {opt.default})" if opt.default else ""
         group.addoption(opt.flag, dest=opt.name, default=None, help=opt.help + env + default)
-        parser.addini(opt.name, opt.help, type="args" if opt.name == "specbound_budgets" else None)
+        if opt.name == "specbound_budgets":
+            parser.addini(opt.name, opt.help, type="args")
+        else:
+            parser.addini(opt.name, opt.help)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -198,7 +201,7 @@ class SpecboundSession:
             return
         for name, value in report.user_properties:
             if name == PROPERTY and report.when == "call":
-                self.results.append(json.loads(value))
+                self.results.append(json.loads(str(value)))
                 self._write_json(partial=True)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -228,7 +231,7 @@ class SpecboundSession:
             self._pool.close()
         if self._old_sigterm is not None:
             signal.signal(signal.SIGTERM, self._old_sigterm)
-        if not self.controller or not self.results and not self.running:
+        if not self.controller or (not self.results and not self.running):
             return
         interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
         self._write_json(partial=interrupted)
@@ -310,7 +313,11 @@ class BudgetFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         from .budget import load_budget
 
-        budget = load_budget(self.path)
+        try:
+            display = str(self.path.relative_to(self.config.rootpath))
+        except ValueError:
+            display = str(self.path)
+        budget = load_budget(self.path, display)
         hw = _session(self.config).hardware
         label = hw.label if hw else "no-hw"
         for name in budget.classes:
@@ -386,13 +393,16 @@ def _marker_budget(request: pytest.FixtureRequest, overrides: dict[str, Any]) ->
 
             return replace(base, classes={**base.classes, name: extra.classes[name]}), name
         spec = str(kw.get("speculative") or "none").split(":")
-        data = {"model": {"name": kw.get("model") or "unknown", **(
-                    {"dtype": kw["dtype"]} if kw.get("dtype") else {})},
+        server = dict(kw.get("server") or {"url": "http://unset"})
+        served = kw.get("served_name") or server.get("model_id")
+        data = {"model": {"name": kw.get("model") or "unknown",
+                          **({"dtype": kw["dtype"]} if kw.get("dtype") else {}),
+                          **({"served_name": served} if served else {})},
                 "speculative": {"method": spec[0], **({"steps": int(spec[1])} if len(spec) > 1
                                                       else {}),
                                 **({"draft_model": kw["draft_model"]} if kw.get("draft_model")
                                    else {})},
-                "server": dict(kw.get("server") or {"url": "http://unset"}),
+                "server": server,
                 "classes": {name: {"prompts": kw.get("prompts") or name, **cls}}}
         return parse_budget(data, origin), name
     except ConfigError as exc:
@@ -445,8 +455,13 @@ def specbound_measure(request: pytest.FixtureRequest, specbound_hw: Hardware) ->
     def run(prompt_class: str | None = None, **overrides: Any) -> dict[str, Any]:
         if prompt_class:
             overrides["prompt_class"] = prompt_class
+        from .errors import SpecboundError
+
         budget, name = _marker_budget(request, overrides)
-        result, verdict = session.run(budget, name, request.node)
+        try:
+            result, verdict = session.run(budget, name, request.node)
+        except SpecboundError as exc:
+            pytest.fail(f"specbound: {exc}", pytrace=False)
         result["_verdict"] = verdict
         return result
 

@@ -125,7 +125,7 @@ class Server:
         env = {**os.environ, **spec.env}
         with open(log_path, "wb") as log:
             try:
-                process = subprocess.Popen(  # noqa: S603 - the user's own launch command
+                process = subprocess.Popen(
                     argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=env, cwd=spec.cwd, shell=spec.shell, preexec_fn=_die_with_parent,
                 )
@@ -146,7 +146,7 @@ class Server:
         while pending:
             self._check_alive()
             try:
-                status, body = self.endpoint.get(pending[0], timeout_s=2.0)
+                status, _body = self.endpoint.get(pending[0], timeout_s=2.0)
                 if status == 200:
                     pending.pop(0)
                     continue
@@ -186,10 +186,8 @@ class Server:
         pgid = self.process.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)  # stragglers in the group, even if the leader exited
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -98,18 +98,18 @@ def resolve(
     cli: Mapping[str, Any], env: Mapping[str, str], ini: Callable[[str], Any]
 ) -> Settings:
     """Merge sources (CLI > env > ini > default) and validate every value."""
-    raw: dict[str, tuple[str | None, str]] = {}
+    raw: dict[str, tuple[Any, str]] = {}
     for opt in OPTIONS:
-        value, origin = cli.get(opt.name), opt.flag
+        value, source = cli.get(opt.name), opt.flag
         if value is None and opt.env and env.get(opt.env):
-            value, origin = env[opt.env], f"{opt.env} (environment)"
+            value, source = env[opt.env], f"{opt.env} (environment)"
         if value is None:
             ini_value = ini(opt.name)
             if ini_value not in (None, "", []):
-                value, origin = ini_value, f"{opt.name} (ini)"
+                value, source = ini_value, f"{opt.name} (ini)"
         if value is None:
             value = opt.default
-        raw[opt.name] = (value, origin)
+        raw[opt.name] = (value, source)
 
     def text(name: str) -> str | None:
         v = raw[name][0]

@@ -51,7 +51,7 @@ def ratio_interval(ys: Sequence[float], xs: Sequence[float], level: float) -> In
     if n < 2:
         return Interval(r, -math.inf, math.inf)
     xbar = sx / n
-    resid = sum((y - r * x) ** 2 for y, x in zip(ys, xs))
+    resid = sum((y - r * x) ** 2 for y, x in zip(ys, xs, strict=False))
     se = math.sqrt(resid / (n * (n - 1))) / xbar
     q = t_quantile(1 - (1 - level) / 2, n - 1)
     return Interval(r, r - q * se, r + q * se)

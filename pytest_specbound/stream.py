@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,7 +75,7 @@ class Endpoint:
                     if not data:
                         break
                     append((clock(), data))
-            except socket.timeout:
+            except TimeoutError:
                 raise RequestError(
                     f"POST {path}: stalled: no data for {self.read_timeout_s:g} s "
                     f"after {len(reads)} reads (read timeout)"
@@ -129,12 +128,11 @@ def _split_events(reads: list[tuple[float, bytes]], result: StreamResult) -> Non
             raw, buffer = buffer[:end], buffer[end + 2:]
             index += 1
             _decode_event(raw, arrived - result.sent_at, index, result)
-    if buffer.strip():
-        if not result.done:
-            raise RequestError(
-                f"truncated stream: {len(result.events)} events, then an unterminated one "
-                f"({buffer[:80]!r})"
-            )
+    if buffer.strip() and not result.done:
+        raise RequestError(
+            f"truncated stream: {len(result.events)} events, then an unterminated one "
+            f"({buffer[:80]!r})"
+        )
 
 
 def _decode_event(raw: bytes, t: float, index: int, result: StreamResult) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +65,7 @@ class Backend:
         usage = obj.get("usage")
         if isinstance(usage, dict) and "completion_tokens" in usage:  # continuous usage stats
             total = int(usage["completion_tokens"])
-            new = total - state.get("cum", 0)
+            new = total - int(state.get("cum", 0))
             state["cum"] = total
             return max(new, 0)
         text = c.get("text")
@@ -143,7 +144,7 @@ def burst_accept(times: list[float], decode_tokens: int, chunks_are_steps: bool)
         return None
     if chunks_are_steps:
         return decode_tokens / (len(times) - 1)
-    gaps = sorted(b - a for a, b in zip(times, times[1:]))
+    gaps = sorted(b - a for a, b in itertools.pairwise(times))
     threshold = 0.25 * gaps[int(0.9 * (len(gaps) - 1))]
-    steps = sum(1 for a, b in zip(times, times[1:]) if b - a > threshold)
+    steps = sum(1 for a, b in itertools.pairwise(times) if b - a > threshold)
     return decode_tokens / steps if steps else None

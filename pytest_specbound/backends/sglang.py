@@ -34,7 +34,7 @@ class SGLang(Backend):
         meta = obj.get("meta_info")
         if isinstance(meta, dict) and "completion_tokens" in meta:  # cumulative on /generate
             total = int(meta["completion_tokens"])
-            new = total - state.get("cum", 0)
+            new = total - int(state.get("cum", 0))
             state["cum"] = total
             return max(new, 0)
         return super().event_tokens(obj, state)

@@ -14,7 +14,7 @@ def _num(value: Any, spec: str) -> str:
 
 
 def rows(results: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
-    out = []
+    out: list[tuple[str, ...]] = []
     for r in results:
         band = r.get("accept_band")
         accept = _num(r.get("accept_length"), ".2f")
@@ -38,9 +38,9 @@ def basename(path: str) -> str:
 def terminal(results: Sequence[dict[str, Any]]) -> str:
     body = rows(results)
     widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(HEADERS)]
-    line = "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths))
+    line = "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=False))
     out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in body]
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) for row in body]
     return "\n".join(out)
 
 

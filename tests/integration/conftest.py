@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbound.server import LaunchSpec, Server, start_server
 from pytest_specbound.gguf_writer import write_llama_gguf
+from pytest_specbound.server import LaunchSpec, Server, start_server
 
 
 @pytest.fixture(scope="session")

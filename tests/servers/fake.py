@@ -152,7 +152,7 @@ class _Handler(BaseHTTPRequestHandler):
         return time.monotonic() - self.server_ref.started >= self.s.ready_after_s
 
     # -- routes ------------------------------------------------------------------------
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         fam = self.server_ref.family
         path = self.path
         if not self._ready() and fam == "llamacpp":
@@ -226,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
             ]
         self._text("\n".join(lines) + "\n")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = self._body()
         self.server_ref.requests.append({"path": self.path, "body": body})
         if self.s.fault == "http500":
@@ -414,3 +414,43 @@ class _Handler(BaseHTTPRequestHandler):
                                          "seed": None} if last else None})
         self._count()
         self._end_sse()
+
+
+def main() -> None:
+    """``python -m tests.servers.fake --family vllm --port 8000 [--launches FILE]``."""
+    import argparse
+    import os
+    import signal
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--family", default="vllm")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--launches", help="append this process's pid to FILE")
+    parser.add_argument("--fault")
+    parser.add_argument("--model", default="test-model")
+    parser.add_argument("--step-s", type=float, default=0.004)
+    parser.add_argument("--ready-after-s", type=float, default=0.0)
+    parser.add_argument("--child", action="store_true", help="also start a child process")
+    args = parser.parse_args()
+    if args.launches:
+        with open(args.launches, "a") as f:
+            f.write(f"{os.getpid()}\n")
+    if args.child:
+        import subprocess
+        import sys
+
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    script = Script(fault=args.fault, model=args.model, step_s=args.step_s,
+                    ready_after_s=args.ready_after_s)
+    server = FakeServer(args.family, script)
+    server.httpd.server_close()
+    server.httpd = ThreadingHTTPServer((args.host, args.port), server.httpd.RequestHandlerClass)
+    server.httpd.daemon_threads = True
+    signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(SystemExit(0)))
+    print(f"fake {args.family} server listening on {args.host}:{args.port}", flush=True)
+    server.httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

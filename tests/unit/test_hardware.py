@@ -158,8 +158,9 @@ def test_cpu_profile_uses_override(monkeypatch, tmp_path):
     import pytest_specbound.cpu_probe as probe
 
     monkeypatch.setattr(probe, "CACHE", tmp_path / "cpu.json")
-    (tmp_path / "cpu.json").write_text('{"cores": %d, "bandwidth_gbs": 9.0, "fp32_tflops": 0.1,'
-                                       ' "source": "cached"}' % (__import__("os").cpu_count()))
+    cores = __import__("os").cpu_count()
+    (tmp_path / "cpu.json").write_text(
+        f'{{"cores": {cores}, "bandwidth_gbs": 9.0, "fp32_tflops": 0.1, "source": "cached"}}')
     assert parse_hardware("cpu").bandwidth_gbs == 9.0
     monkeypatch.setenv("SPECBOUND_CPU_BANDWIDTH_GBS", "12.5")
     hw = parse_hardware("cpu")
