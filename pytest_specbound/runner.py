@@ -48,7 +48,7 @@ class SequentialRule:
         if n not in self.schedule:
             return None
         self.looks += 1
-        self.last_level = look_level(self.confidence, self.looks)
+        self.last_level = look_level(self.confidence, len(self.schedule))
         self.last_bounds = bounds(records, self.roof.round_ms, self.last_level,
                                   self.roof.max_accept)
         m = Measurement(backend="", records=list(records))
@@ -164,10 +164,10 @@ def run_class(
         if partial:
             partial(fill_result(result, m, None, rule, started, interrupted=True))
         raise
-    verdict = judge(cls, m, roof, rule.last_bounds if not m.stopped.startswith("time") else
-                    bounds(m.records, roof.round_ms, look_level(settings.confidence,
-                                                                max(rule.looks, 1)),
-                           roof.max_accept))
+    if m.stopped.startswith("time"):  # stopped between looks: one more look at the same level
+        rule.last_level = look_level(settings.confidence, len(rule.schedule))
+        rule.last_bounds = bounds(m.records, roof.round_ms, rule.last_level, roof.max_accept)
+    verdict = judge(cls, m, roof, rule.last_bounds)
     return fill_result(result, m, verdict, rule, started), verdict
 
 

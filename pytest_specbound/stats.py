@@ -7,9 +7,9 @@ quantile. Efficiency (measured over roofline at the measured accept length) simp
 roofline round time x sum(verify steps) / sum(decode seconds), itself a ratio of sums, so the
 accept length's uncertainty is carried through exactly.
 
-Repeated looks: the rule looks at n = min_samples and then at about 1.5x steps; look k (1-based)
-uses level 1 - alpha / (k (k + 1)). These alphas sum to alpha over any number of looks, so the
-chance that any look declares a false verdict stays below alpha (a union bound: alpha spending).
+Repeated looks: the rule looks at n = min_samples and then at about 1.5x steps up to the sample
+budget, K looks in all (known in advance). Each look uses level 1 - alpha / K, so the chance that
+any look declares a false verdict stays below alpha (a union bound: Bonferroni alpha spending).
 """
 
 from __future__ import annotations
@@ -93,7 +93,6 @@ def look_schedule(min_samples: int, max_samples: int) -> list[int]:
     return looks
 
 
-def look_level(confidence: float, look: int) -> float:
-    """Confidence level at the ``look``-th look (1-based): alpha spent as alpha / (k (k + 1))."""
-    alpha = 1 - confidence
-    return 1 - alpha / (look * (look + 1))
+def look_level(confidence: float, looks: int) -> float:
+    """Confidence level of each of ``looks`` planned looks: alpha split evenly (Bonferroni)."""
+    return 1 - (1 - confidence) / max(1, looks)

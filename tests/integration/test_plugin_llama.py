@@ -1,0 +1,87 @@
+"""The plugin end to end against a real llama-server (the plugin issue's done-when checks)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def budget(model: Path, draft: Path, accept: str, min_eff: float) -> str:
+    return f"""
+[model]
+gguf = "{model}"
+
+[speculative]
+method = "draft"
+steps = 3
+draft_model = "{draft}"
+
+[server]
+backend = "llamacpp"
+url = "http://unused.invalid:1"
+
+[classes.coding]
+prompts = "coding"
+max_tokens = 192
+accept = {accept}
+min_efficiency = {min_eff}
+"""
+
+
+@pytest.fixture
+def synth25(launch_llama):
+    return launch_llama("target", "--spec-synth-len", "2.5", draft=True)
+
+
+def run(pytester, synth25, gguf_models, accept, min_eff):
+    (pytester.path / "budgets").mkdir(exist_ok=True)
+    (pytester.path / "budgets" / "llama.toml").write_text(
+        budget(gguf_models["target"], gguf_models["draft"], accept, min_eff))
+    return pytester.runpytest("--specbound-hw=cpu", f"--specbound-url={synth25.url}",
+                              "--specbound-samples=20", "--specbound-json=r.json", "budgets/")
+
+
+def test_band_around_synthetic_accept_passes(pytester, synth25, gguf_models):
+    result = run(pytester, synth25, gguf_models, "[2.3, 2.7]", 0.01)
+    result.assert_outcomes(passed=1)
+    assert "specbound summary" in result.stdout.str()
+    r = json.loads((pytester.path / "r.json").read_text())["results"][0]
+    assert 2.3 <= r["accept_length"] <= 2.7 and r["accept_source"] == "server"
+
+
+def test_band_above_fails_with_drafter_diagnosis(pytester, synth25, gguf_models):
+    result = run(pytester, synth25, gguf_models, "[3.5, 4.0]", 0.01)
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert "is below its band [3.5, 4]: the drafter (or the prompts) changed" in out
+    assert "still fine: the system did not slow down" in out
+    r = json.loads((pytester.path / "r.json").read_text())["results"][0]
+    assert r["verdict"] == "fail" and r["diagnosis"] == "drafter"
+
+
+def test_impossible_efficiency_fails_with_system_diagnosis(pytester, synth25, gguf_models):
+    result = run(pytester, synth25, gguf_models, "[2.3, 2.7]", 0.99)
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert "x roofline" in out and "the system slowed down; accept" in out and "inside [2.3, 2.7]" in out
+    r = json.loads((pytester.path / "r.json").read_text())["results"][0]
+    assert r["diagnosis"] == "system"
+
+
+def test_cpu_demo_budget_main_command(pytester):
+    """The README's main job: the shipped CPU demo budget launches a real llama-server."""
+    shutil.copy(ROOT / "budgets" / "cpu-demo.toml", pytester.path / "cpu-demo.toml")
+    result = pytester.runpytest_subprocess("--specbound-hw=cpu", "cpu-demo.toml",
+                                           "--specbound-json=r.json", timeout=600)
+    out = result.stdout.str()
+    assert "specbound summary" in out and "cpu-demo.toml::coding" in out, out
+    doc = json.loads((pytester.path / "r.json").read_text())
+    assert {r["class"] for r in doc["results"]} == {"coding", "repetitive"}
+    assert all(r["accept_source"] == "server" for r in doc["results"])
+    result.assert_outcomes(passed=2)

@@ -1,0 +1,94 @@
+import random
+
+import pytest
+
+from pytest_specbound.budget import ClassBudget
+from pytest_specbound.hardware import parse_hardware
+from pytest_specbound.models import load_model
+from pytest_specbound.records import RequestRecord
+from pytest_specbound.roofline import compute_roofline
+from pytest_specbound.simulate import run_sequential
+from pytest_specbound.speculative import parse_speculation
+from pytest_specbound.stats import bounds, look_level, look_schedule, ratio_interval, t_quantile
+
+
+@pytest.fixture(scope="module")
+def roof():
+    return compute_roofline(parse_hardware("a6000"), load_model("llama-3.1-8b"),
+                            parse_speculation("eagle3:3"))
+
+
+def test_t_quantile_matches_tables():
+    assert t_quantile(0.975, 4) == pytest.approx(2.776, abs=0.01)
+    assert t_quantile(0.975, 10) == pytest.approx(2.228, abs=0.005)
+    assert t_quantile(0.995, 20) == pytest.approx(2.845, abs=0.005)
+
+
+def test_ratio_interval_covers_weighted_ratio():
+    ys, xs = [10, 20, 30, 40], [1.0, 2.1, 2.9, 4.2]
+    iv = ratio_interval(ys, xs, 0.95)
+    assert iv.estimate == pytest.approx(100 / 10.2)
+    assert iv.low < iv.estimate < iv.high
+
+
+def test_ratio_interval_coverage_by_simulation():
+    rng = random.Random(1)
+    hits = 0
+    for _ in range(400):
+        xs = [rng.uniform(1, 5) for _ in range(12)]
+        ys = [x * 50 * rng.lognormvariate(0, 0.1) for x in xs]
+        iv = ratio_interval(ys, xs, 0.9)
+        hits += iv.low <= 50 * 1.005 and iv.high >= 50 * 1.005  # lognormal mean shift ~0.5%
+    assert 0.84 <= hits / 400 <= 0.96
+
+
+def test_efficiency_interval_is_rate_times_round_without_speculation():
+    recs = [RequestRecord(completion_tokens=101, decode_s=1.0 + 0.01 * i) for i in range(6)]
+    b = bounds(recs, 10.0, 0.95)
+    assert b["efficiency"][0] == pytest.approx(b["decode_tok_s"][0] * 0.01)
+
+
+def test_schedule_and_levels():
+    assert look_schedule(4, 20) == [4, 6, 9, 14, 20]
+    assert look_level(0.95, 5) == pytest.approx(0.99)
+
+
+def budget(**kw):
+    return ClassBudget(name="c", prompts="chat", max_tokens=256, **kw)
+
+
+def test_wide_margin_stops_at_first_look(roof):
+    rng = random.Random(2)
+    true = 0.8 * roof.tok_s(3.0)
+    status, n = run_sequential(rng, budget(min_efficiency=0.5), roof, true, 3.0, 0.1)
+    assert (status, n) == ("pass", 4)
+    status, n = run_sequential(rng, budget(min_efficiency=0.95), roof, true, 3.0, 0.1)
+    assert (status, n) == ("fail", 4)
+
+
+def test_narrow_margin_keeps_sampling(roof):
+    rng = random.Random(3)
+    true = 0.8 * roof.tok_s(3.0)
+    used = [run_sequential(rng, budget(min_efficiency=0.76), roof, true, 3.0, 0.1)[1]
+            for _ in range(20)]
+    assert sum(used) / len(used) > 8  # a 5% margin needs more than the first look
+
+
+def test_threshold_at_true_value_fails_at_most_alpha(roof):
+    rng = random.Random(4)
+    true = 0.7 * roof.tok_s(3.0)
+    runs = 400
+    fails = sum(run_sequential(rng, budget(min_efficiency=0.7), roof, true, 3.0, 0.12)[0] == "fail"
+                for _ in range(runs))
+    alpha = 0.05
+    assert fails / runs <= alpha + 3 * (alpha * (1 - alpha) / runs) ** 0.5
+
+
+def test_no_regression_passes_and_regression_fails_mostly(roof):
+    rng = random.Random(5)
+    base = roof.tok_s(3.0) * 0.8
+    ok = [run_sequential(rng, budget(min_efficiency=0.72), roof, base, 3.0, 0.08)[0]
+          for _ in range(50)]
+    bad = [run_sequential(rng, budget(min_efficiency=0.72), roof, base * 0.8, 3.0, 0.08)[0]
+           for _ in range(50)]
+    assert ok.count("fail") <= 3 and bad.count("fail") >= 45
