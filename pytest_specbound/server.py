@@ -44,6 +44,29 @@ def log_tail(path: Path, lines: int = TAIL_LINES, secret: str | None = None) -> 
     return redact(tail, secret)
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid`` (Linux /proc; else best effort)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+            return [pgid]
+        except (ProcessLookupError, PermissionError):
+            return []
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
 def redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "***") if secret else text
 
@@ -192,6 +215,9 @@ class Server:
             os.killpg(pgid, signal.SIGKILL)  # stragglers in the group, even if the leader exited
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
+        deadline = time.monotonic() + 5.0
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # SIGKILL is asynchronous: wait until the kernel has them gone
         self.process = None
 
     def __enter__(self) -> Server:

@@ -10,12 +10,13 @@ from .base import Backend
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
+GENERATED = "vllm:generation_tokens_total"
 
 
 class VLLM(Backend):
     name = "vllm"
     ready_paths = ("/health", "/v1/models")
-    metric_names = (ACCEPTED, DRAFTS, "vllm:generation_tokens_total")
+    metric_names = (ACCEPTED, DRAFTS, GENERATED)
 
     def extra_fields(self, max_tokens: int) -> dict[str, Any]:
         return {"ignore_eos": True, "min_tokens": max_tokens, "return_token_ids": True}
@@ -31,13 +32,22 @@ class VLLM(Backend):
             record.server_decode_s = gen_ms / 1e3
             record.server_decode_tok_s = record.decode_tokens / record.server_decode_s
         spec = metrics.get("speculative_decoding")
-        if isinstance(spec, dict) and spec.get("mean_acceptance_length") is not None:
-            record.accept_length = float(spec["mean_acceptance_length"])
-            record.accept_source = "server"
+        if isinstance(spec, dict) and spec.get("num_accepted_draft_tokens") is not None:
+            # vLLM's mean_acceptance_length averages over steps that drafted; the roofline needs
+            # tokens per target forward, where a step with no draft emits 1 token (and still
+            # reads every weight): each forward emits exactly one token that is not a draft.
+            steps = record.decode_tokens - int(spec["num_accepted_draft_tokens"])
+            if steps > 0:
+                record.accept_length = record.decode_tokens / steps
+                record.accept_source = "server"
 
     def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
-        drafts = delta.get(DRAFTS, 0.0)
-        return 1 + delta.get(ACCEPTED, 0.0) / drafts if drafts > 0 else None
+        # same definition as the per-request field: decode tokens over target forwards
+        decode = delta.get(GENERATED, 0.0) - 1  # one request; its first token is prefill
+        steps = decode - delta.get(ACCEPTED, 0.0)
+        if delta.get(DRAFTS, 0.0) <= 0 or steps <= 0:
+            return None
+        return decode / steps
 
     def info(self, endpoint: Endpoint) -> dict[str, Any]:
         info = super().info(endpoint)

