@@ -131,16 +131,29 @@ class SpecboundSession:
             if self.controller:
                 self._write_json(partial=True)
 
+        from .errors import SpecboundError
+
         try:
             result, verdict = run_class(budget.for_hardware(hw.label), cls, hw, self.settings,
                                         self.pool, marker_server, progress, partial)
-        finally:
+        except KeyboardInterrupt:
+            raise  # the partial entry stays in self.running and is written as such
+        except SpecboundError as exc:
             self.running.pop(item.nodeid, None)
+            self._record(item, {"budget": str(budget.path), "class": cls_name,
+                                "hardware": hw.label, "verdict": "error", "reasons": ["setup"],
+                                "text": [str(exc)], "requests": [], "partial": False})
+            raise
+        self.running.pop(item.nodeid, None)
+        self._record(item, result)
+        return result, verdict
+
+    def _record(self, item: pytest.Item, result: dict[str, Any]) -> None:
+        """Results travel on the test report (xdist-safe) and land in JUnit properties."""
         result["nodeid"] = item.nodeid
         item.user_properties.append((PROPERTY, json.dumps(result, default=str)))
         for key in ("accept_length", "decode_tok_s", "roofline_tok_s", "efficiency", "verdict"):
             item.user_properties.append((f"specbound_{key}", result.get(key)))
-        return result, verdict
 
     def _progress(self, nodeid: str) -> Callable[[Any], None] | None:
         from .progress import Progress
@@ -215,7 +228,7 @@ class SpecboundSession:
         seen = set()
         for r in self.results:
             key = (r["budget"], r["hardware"])
-            if key not in seen:
+            if key not in seen and r.get("roofline"):
                 seen.add(key)
                 c = r["roofline"]["components_ms"]
                 terminalreporter.write_line(
@@ -246,10 +259,11 @@ class SpecboundSession:
     # -- outputs -------------------------------------------------------------------------
     def run_info(self) -> dict[str, Any]:
         hw = self._hardware
-        budgets = {r["budget"]: r["budget_sha256"] for r in self.results}
+        budgets = {r["budget"]: r.get("budget_sha256") for r in self.results}
         servers = {r["budget"]: r.get("server") for r in self.results}
         return {"hardware": hw.describe() if hw else None, "budgets": budgets,
-                "servers": servers, "models": sorted({r["model"] for r in self.results}),
+                "servers": servers,
+                "models": sorted({r["model"] for r in self.results if r.get("model")}),
                 "confidence": self.settings.confidence}
 
     def _write_json(self, partial: bool) -> None:

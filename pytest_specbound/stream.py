@@ -51,7 +51,18 @@ class Endpoint:
         return cls(self.host, self.port, timeout=self.read_timeout_s)
 
     def stream(self, path: str, body: dict[str, Any]) -> StreamResult:
-        """POST ``body`` and collect the SSE stream; failures raise :class:`RequestError`."""
+        """POST ``body`` and collect the SSE stream; failures raise :class:`RequestError`.
+
+        Error texts never carry the API key, even when a server echoes it back.
+        """
+        try:
+            return self._stream(path, body)
+        except RequestError as exc:
+            if self.api_key and self.api_key in str(exc):
+                raise RequestError(str(exc).replace(self.api_key, "***")) from None
+            raise
+
+    def _stream(self, path: str, body: dict[str, Any]) -> StreamResult:
         payload = json.dumps(body).encode()
         conn = self._connect()
         reads: list[tuple[float, bytes]] = []

@@ -232,9 +232,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.s.fault == "http500":
             self._json({"error": {"message": "CUDA out of memory", "code": 500}}, 500)
             return
-        if self.s.fault == "http400":
-            self._json({"error": {"message": f"The model `{body.get('model')}` does not exist.",
-                                  "code": 400}}, 400)
+        if self.s.fault == "http400":  # a careless server that echoes the credentials back
+            auth = self.headers.get("Authorization", "")
+            self._json({"error": {"message": f"The model `{body.get('model')}` does not exist "
+                                             f"(request auth: {auth})", "code": 400}}, 400)
             return
         fam = self.server_ref.family
         try:

@@ -1,0 +1,344 @@
+"""The fault matrix: each failure is a one-line diagnosis, nothing orphaned, nothing lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_specbound.atomic import write_json
+from pytest_specbound.backends import get_backend
+from pytest_specbound.backends.base import Prompt
+from pytest_specbound.errors import ConfigError, ServerError
+from pytest_specbound.measure import FixedCount, Sampler, measure
+from pytest_specbound.prompts import load_prompts
+from pytest_specbound.server import LaunchSpec, Server, start_server
+from pytest_specbound.stream import Endpoint
+from tests.servers.fake import FakeServer, Script
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = [sys.executable, "-m", "tests.servers.fake"]
+ENV = {"PYTHONPATH": str(ROOT)}
+
+
+def live_group(pgid: int) -> list[str]:
+    ps = subprocess.run(["ps", "-e", "-o", "pid=,pgid=,stat="], capture_output=True, text=True)
+    return [ln for ln in ps.stdout.splitlines()
+            if ln.split()[1] == str(pgid) and not ln.split()[2].startswith("Z")]
+
+
+# 1. launch command missing or exiting at once ------------------------------------------------
+def test_missing_launch_command(tmp_path):
+    t = time.monotonic()
+    with pytest.raises(ServerError, match="launch command not found: 'no-such-server-xyz'"):
+        start_server(LaunchSpec("no-such-server-xyz --port {port}"), ("/health",), 30, tmp_path)
+    assert time.monotonic() - t < 1.0
+
+
+def test_server_exiting_at_once_reports_code_and_log_tail(tmp_path):
+    cmd = [sys.executable, "-c",
+           "import sys; print('error: unknown argument: --draft-max'); sys.exit(3)"]
+    t = time.monotonic()
+    with pytest.raises(ServerError) as err:
+        start_server(LaunchSpec(cmd), ("/health",), 30, tmp_path)
+    assert time.monotonic() - t < 1.5
+    msg = str(err.value)
+    assert "exited with code 3 while starting" in msg and "unknown argument: --draft-max" in msg
+    assert "\n" not in msg and str(tmp_path) in msg
+
+
+# 2. never ready --------------------------------------------------------------------------------
+def test_never_ready_names_url_and_log_tail(tmp_path):
+    cmd = [*FAKE, "--family", "llamacpp", "--port", "{port}", "--ready-after-s", "60"]
+    with pytest.raises(ServerError) as err:
+        start_server(LaunchSpec(cmd, env=ENV), ("/health",), 2, tmp_path)
+    msg = str(err.value)
+    assert "server not ready after 2 s" in msg and "/health answered HTTP 503" in msg
+    assert "fake llamacpp server listening" in msg
+
+
+# 3-7. mid-stream failures ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("fault", "needle"),
+    [
+        ("die", "stream broken after"),
+        ("stall", "stalled: no data for 1 s"),
+        ("truncate", "truncated stream"),
+        ("badjson", "malformed JSON in event"),
+        ("http400", "HTTP 400"),
+        ("http500", "HTTP 500"),
+    ],
+)
+@pytest.mark.parametrize("family", ["vllm", "llamacpp", "sglang"])
+def test_request_failures_are_recorded_with_cause(family, fault, needle):
+    with FakeServer(family, Script(fault=fault, fault_after=3)) as srv:
+        sampler = Sampler(Endpoint(srv.url, read_timeout_s=1.0), get_backend(family))
+        m = measure(sampler, [Prompt(text="x")], 41, FixedCount(2), warmup=0)
+    assert len(m.failures) == 2 and not m.ok
+    assert all(needle in (r.error or "") for r in m.failures), [r.error for r in m.failures]
+    assert m.decode_tok_s is None  # never a silent low number
+
+
+def test_connection_refused_is_retried_once_then_reported():
+    port = _free_port()
+    sampler = Sampler(Endpoint(f"http://127.0.0.1:{port}"), get_backend("vllm"))
+    rec = sampler.one(Prompt(text="x"), 8)
+    assert "connection failed" in rec.error and "Connection" in rec.error
+
+
+# 8. wrong model --------------------------------------------------------------------------------
+def _budget(url: str, served: str | None, check: bool = True) -> str:
+    served_line = f'served_name = "{served}"' if served else ""
+    return f"""
+[model]
+name = "llama-3.1-8b"
+{served_line}
+[speculative]
+method = "eagle3"
+steps = 3
+[server]
+backend = "vllm"
+url = "{url}"
+check_model = {"true" if check else "false"}
+[classes.chat]
+max_tokens = 41
+accept = [3.5, 4.0]
+min_efficiency = 0.05
+"""
+
+
+def _pytester_budget(pytester, text):
+    (pytester.path / "budgets").mkdir(exist_ok=True)
+    (pytester.path / "budgets" / "g.toml").write_text(text)
+
+
+def test_wrong_model_is_an_error_unless_opted_out(pytester):
+    with FakeServer("vllm", Script(step_s=0.007, model="Qwen/Qwen3-8B")) as srv:
+        _pytester_budget(pytester, _budget(srv.url, None))
+        result = pytester.runpytest("--specbound-hw=h100", "--specbound-samples=4")
+        assert result.ret == 1
+        out = result.stdout.str()
+        assert "wrong model behind the server" in out and "expects 'llama-3.1-8b'" in out
+        assert "serves Qwen/Qwen3-8B" in out and "Traceback" not in out
+        _pytester_budget(pytester, _budget(srv.url, None, check=False))
+        pytester.runpytest("--specbound-hw=h100", "--specbound-samples=4").assert_outcomes(passed=1)
+
+
+# 9. port taken ---------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_taken_port_is_refused_never_attached(tmp_path):
+    with FakeServer("vllm") as other:
+        port = int(other.url.rsplit(":", 1)[1])
+        cmd = [*FAKE, "--family", "vllm", "--port", "{port}"]
+        with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use"):
+            start_server(LaunchSpec(cmd, port=port, env=ENV), ("/health",), 10, tmp_path)
+        assert not other.requests  # we never talked to it
+
+
+def test_auto_port_picks_a_free_one(tmp_path):
+    server = start_server(LaunchSpec([*FAKE, "--family", "vllm", "--port", "{port}"], env=ENV),
+                          ("/health",), 20, tmp_path)
+    try:
+        assert server.url.startswith("http://127.0.0.1:")
+    finally:
+        server.stop()
+
+
+# 10. no accept statistics ----------------------------------------------------------------------
+def test_no_accept_statistics_is_flagged_in_every_report(pytester):
+    with FakeServer("vllm", Script(step_s=0.007, per_request_metrics=False,
+                                   fault="nometrics")) as srv:
+        _pytester_budget(pytester, _budget(srv.url, "test-model"))
+        result = pytester.runpytest("--specbound-hw=h100", "--specbound-samples=4",
+                                    "--specbound-json=r.json")
+    out = result.stdout.str()
+    assert "(est.)" in out
+    r = json.loads((pytester.path / "r.json").read_text())["results"][0]
+    assert r["accept_source"] == "estimate" and "accept_estimated" in r["reasons"]
+
+
+# 11. interrupts --------------------------------------------------------------------------------
+def _interrupt_run(tmp_path: Path, sig: int, during: str) -> tuple[int, list[int], Path]:
+    launches = tmp_path / "launches.txt"
+    ready = "60" if during == "launch" else "0"
+    budget = f"""
+[model]
+name = "llama-3.1-8b"
+served_name = "test-model"
+[speculative]
+method = "eagle3"
+steps = 3
+[server]
+backend = "vllm"
+launch = "{sys.executable} -m tests.servers.fake --family vllm --port {{port}} --child --launches {launches} --ready-after-s {ready} --step-s 0.2"
+ready_timeout_s = 120
+[classes.chat]
+max_tokens = 41
+accept = [3.5, 4.0]
+min_efficiency = 0.01
+samples = 50
+"""
+    (tmp_path / "budgets").mkdir()
+    (tmp_path / "budgets" / "slow.toml").write_text(budget)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--specbound-hw=h100",
+         "--specbound-samples=50", "--specbound-min-samples=50", "--specbound-json=r.json",
+         "budgets/slow.toml", "--rootdir", str(tmp_path)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while not launches.is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if during == "measure":  # wait until a measured request is on disk (partial results)
+        results = tmp_path / "r.json"
+        while time.monotonic() < deadline:
+            if results.is_file() and json.loads(results.read_text())["results"][0]["samples"]:
+                break
+            time.sleep(0.1)
+    else:
+        time.sleep(0.5)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    pids = [int(x) for x in launches.read_text().split()]
+    return proc.returncode, pids, tmp_path / "r.json"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("during", ["launch", "measure"])
+def test_interrupt_stops_the_group_and_keeps_results(tmp_path, sig, during):
+    code, pids, results = _interrupt_run(tmp_path, sig, during)
+    assert code == pytest.ExitCode.INTERRUPTED
+    for pid in pids:  # the server ran in its own group (pgid = pid), with a child of its own
+        assert live_group(pid) == []
+    if during == "measure":
+        doc = json.loads(results.read_text())
+        assert doc["partial"] is True
+        (r,) = doc["results"]
+        assert r["partial"] is True and r["samples"] >= 1 and r["requests"]
+
+
+# 12. xdist: one server for all workers ---------------------------------------------------------
+def test_xdist_workers_share_one_server(pytester, tmp_path, monkeypatch):
+    pytest.importorskip("xdist")
+    launches = tmp_path / "launches.txt"
+    classes = "".join(f"""
+[classes.c{i}]
+prompts = "chat"
+max_tokens = 41
+accept = [3.5, 4.0]
+min_efficiency = 0.01
+""" for i in range(4))
+    _pytester_budget(pytester, f"""
+[model]
+name = "llama-3.1-8b"
+served_name = "test-model"
+[speculative]
+method = "eagle3"
+steps = 3
+[server]
+backend = "vllm"
+launch = "{sys.executable} -m tests.servers.fake --family vllm --port {{port}} --launches {launches} --step-s 0.01"
+{classes}""")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    result = pytester.runpytest_subprocess("-n", "4", "--specbound-hw=h100",
+                                           "--specbound-samples=4", "--specbound-json=r.json")
+    result.assert_outcomes(passed=4)
+    pids = launches.read_text().split()
+    assert len(pids) == 1
+    assert live_group(int(pids[0])) == []
+    doc = json.loads((pytester.path / "r.json").read_text())
+    assert len(doc["results"]) == 4 and doc["partial"] is False
+
+
+# 13. atomic results file -----------------------------------------------------------------------
+def test_results_json_is_atomic(tmp_path, monkeypatch):
+    target = tmp_path / "r.json"
+    write_json(target, {"results": ["old"]})
+
+    class Boom:
+        def __str__(self) -> str:
+            raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        write_json(target, {"results": [Boom()]})
+    assert json.loads(target.read_text()) == {"results": ["old"]}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left
+
+
+# 14-15. bad inputs, one line each --------------------------------------------------------------
+def test_prompt_jsonl_bad_line(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "ok"}\n{"prompt": \n')
+    with pytest.raises(ConfigError, match=r"p.jsonl:2: invalid JSON"):
+        load_prompts(str(f))
+    f.write_text('{"prompt": "ok"}\n{"text": "x"}\n')
+    with pytest.raises(ConfigError, match=r"p.jsonl:2: unknown key 'text'; valid: prompt"):
+        load_prompts(str(f))
+    f.write_text('{"prompt": "ok", "max_tokens": 0}\n')
+    with pytest.raises(ConfigError, match=r"p.jsonl:1: key 'max_tokens' must be a positive"):
+        load_prompts(str(f))
+    with pytest.raises(ConfigError, match="unknown prompt set; valid: coding, chat"):
+        load_prompts("poems")
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["roofline", "--hw", "h100x", "--model", "llama-2-7b"], "unknown hardware 'h100x'"),
+        (["roofline", "--hw", "h100", "--model", "mistral-7b"], "unknown model; catalog:"),
+        (["roofline", "--hw", "h100", "--model", "{cfg}"], "missing field 'num_hidden_layers'"),
+    ],
+)
+def test_bad_inputs_one_line(tmp_path, argv, needle):
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"hidden_size": 64, "vocab_size": 10, "num_attention_heads": 2, '
+                   '"intermediate_size": 128}')
+    argv = [a.replace("{cfg}", str(cfg)) for a in argv]
+    proc = subprocess.run([sys.executable, "-m", "pytest_specbound.cli", *argv],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and needle in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+# 16. secrets -----------------------------------------------------------------------------------
+def test_api_key_never_appears_in_any_output(pytester, monkeypatch):
+    secret = "sk-specbound-test-5f3a9c"
+    monkeypatch.setenv("SPECBOUND_API_KEY", secret)
+    with FakeServer("vllm", Script(fault="http400")) as bad, \
+            FakeServer("vllm", Script(step_s=0.007)) as good:
+        (pytester.path / "budgets").mkdir()
+        (pytester.path / "budgets" / "bad.toml").write_text(_budget(bad.url, "test-model"))
+        (pytester.path / "budgets" / "good.toml").write_text(_budget(good.url, "test-model"))
+        result = pytester.runpytest("--specbound-hw=h100", "--specbound-samples=4", "-v",
+                                    "--specbound-json=out/r.json", "--junitxml=out/j.xml",
+                                    "--specbound-benchmark-json=out/b.json")
+        sent = [r["path"] for r in good.requests]
+    assert sent  # the key was really used
+    assert "(request auth: Bearer ***)" in result.stdout.str()  # the server echoed it; we hid it
+    texts = [result.stdout.str(), result.stderr.str()]
+    texts += [p.read_text(errors="replace") for p in pytester.path.rglob("*") if p.is_file()]
+    assert all(secret not in t for t in texts)
+
+
+# 17. loopback by default -----------------------------------------------------------------------
+def test_launched_servers_bind_loopback_by_default(tmp_path):
+    spec = LaunchSpec([*FAKE, "--family", "vllm", "--host", "{host}", "--port", "{port}"], env=ENV)
+    assert spec.host == "127.0.0.1"
+    server: Server = start_server(spec, ("/health",), 20, tmp_path)
+    try:
+        log = server.log_path.read_text()
+        assert "listening on 127.0.0.1:" in log
+    finally:
+        server.stop()
