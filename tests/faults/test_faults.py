@@ -210,7 +210,7 @@ samples = 50
     else:
         time.sleep(0.5)
     proc.send_signal(sig)
-    out, _ = proc.communicate(timeout=60)
+    _out, _ = proc.communicate(timeout=60)
     pids = [int(x) for x in launches.read_text().split()]
     return proc.returncode, pids, tmp_path / "r.json"
 

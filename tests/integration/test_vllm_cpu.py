@@ -73,7 +73,7 @@ def _counters(srv: Server, names):
 
 def test_accept_from_server_equals_prometheus_deltas(server, tiny_llama):
     srv, per_request = server
-    m, before, after, before_t, after_t = sample(srv, str(tiny_llama))
+    m, before, after, _before_t, _after_t = sample(srv, str(tiny_llama))
     assert m.accept_source == ("server" if per_request else "metrics")
     decode = (after[GENERATED] - before[GENERATED]) - len(m.records)
     accepted = after[ACCEPTED] - before[ACCEPTED]

@@ -182,7 +182,6 @@ def test_benchmark_json_loads_in_pytest_benchmark_compare(pytester_env, fake_vll
     run_gate(pytester_env, fake_vllm.url, "[3.5, 4.0]", 0.5, "--specbound-benchmark-json=b.json")
     import subprocess
     import sys
-
     from pathlib import Path
 
     script = Path(sys.executable).parent / "pytest-benchmark"
