@@ -1,0 +1,149 @@
+"""How exactly and how cheaply the client measures, side by side in one run.
+
+1. A local emitter (its own process) sends tokens at known rates (1k, 5k, 20k tok/s) in bursts of a
+   set accept length. For our client and for a naive requests-based SSE loop: measured tok/s over the
+   true rate, accept length vs the truth, client CPU time per token.
+2. A real llama-server on this machine: the server's own decode rate (its timings) while our client
+   measures, over the same under a minimal client that reads and discards bytes, interleaved.
+Targets: within 0.5% at 5k tok/s; under 20 us CPU per token; server rate ratio >= 0.98.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from pytest_specbound.backends.base import Prompt  # noqa: E402
+from pytest_specbound.backends.llamacpp import LlamaCpp  # noqa: E402
+from pytest_specbound.measure import Sampler  # noqa: E402
+from pytest_specbound.stream import Endpoint  # noqa: E402
+
+TOKENS = 2001
+ACCEPT = 3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def naive_requests(url: str) -> tuple[float, float, int]:
+    """The loop most benchmark scripts write: requests + iter_lines + json.loads per event."""
+    import requests
+
+    cpu = time.process_time()
+    r = requests.post(url + "/completion", json={"prompt": "x", "stream": True}, stream=True)
+    times = []
+    for line in r.iter_lines():
+        if line.startswith(b"data: "):
+            obj = json.loads(line[6:])
+            if obj.get("tokens"):
+                times.append(time.perf_counter())
+    cpu = time.process_time() - cpu
+    return (len(times) - 1) / (times[-1] - times[0]), cpu, len(times)
+
+
+def ours(url: str) -> tuple[float, float, int, float]:
+    sampler = Sampler(Endpoint(url), LlamaCpp())
+    cpu = time.process_time()
+    rec = sampler.one(Prompt(text="x"), TOKENS)
+    cpu = time.process_time() - cpu
+    return rec.decode_tok_s or 0.0, cpu, rec.completion_tokens, rec.accept_length or 0.0
+
+
+def emitter_table() -> float:
+    print(f"{'rate':>7} {'client':<9} {'measured/true':>13} {'accept':>7} {'CPU us/token':>13}")
+    headline = 0.0
+    for rate in (1000, 5000, 20000):
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, str(HERE / "_emitter.py"), str(port), str(rate),
+                                 str(ACCEPT), str(TOKENS)])
+        time.sleep(0.5)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            o = [ours(url) for _ in range(5)]
+            n = [naive_requests(url) for _ in range(5)]
+        finally:
+            proc.kill()
+        o_ratio = statistics.median(x[0] for x in o) / rate
+        n_ratio = statistics.median(x[0] for x in n) / rate
+        o_cpu = statistics.median(x[1] / x[2] for x in o) * 1e6
+        n_cpu = statistics.median(x[1] / x[2] for x in n) * 1e6
+        acc = statistics.median(x[3] for x in o)
+        print(f"{rate:>7} {'ours':<9} {o_ratio:>13.4f} {acc:>7.2f} {o_cpu:>13.1f}")
+        print(f"{rate:>7} {'naive':<9} {n_ratio:>13.4f} {'-':>7} {n_cpu:>13.1f}")
+        if rate == 5000:
+            headline = o_ratio
+    return headline
+
+
+def minimal_client(url: str, body: bytes) -> float:
+    """Read and discard the stream; parse only the last event (the server's timings)."""
+    s = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+    s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    chunks = []
+    while True:
+        data = s.recv(1 << 16)
+        if not data:
+            break
+        chunks.append(data)
+    s.close()
+    text = b"".join(chunks)
+    last = text[text.rfind(b'{"index"') if b'"timings"' in text else 0:]
+    timings = json.loads(last[last.find(b"{"):last.rfind(b"}") + 1])["timings"]
+    return float(timings["predicted_per_second"])
+
+
+def llama_server_table() -> float | None:
+    try:
+        from pytest_specbound.backends.llamacpp import llama_server_binary
+        from pytest_specbound.demo import demo_models
+    except Exception as exc:  # pragma: no cover - missing extra
+        print(f"llama-server part skipped: {exc}")
+        return None
+    from pytest_specbound.server import LaunchSpec, start_server
+
+    models = demo_models()
+    argv = [llama_server_binary(), "-m", models["demo_gguf"], "--host", "{host}", "--port",
+            "{port}", "-t", "1", "-c", "2048", "-np", "1"]
+    server = start_server(LaunchSpec(argv), ("/health",), 120, Path(".specbound/logs"))
+    body = json.dumps({"prompt": "Count from one to a hundred.", "n_predict": 128,
+                       "temperature": 0, "ignore_eos": True, "stream": True,
+                       "cache_prompt": False}).encode()
+    try:
+        sampler = Sampler(server.endpoint, LlamaCpp())
+        ours_rates, minimal_rates = [], []
+        sampler.one(Prompt(text="warm up"), 32)
+        for _ in range(8):
+            rec = sampler.one(Prompt(text="Count from one to a hundred."), 128)
+            ours_rates.append(rec.server_decode_tok_s or 0.0)
+            minimal_rates.append(minimal_client(server.url, body))
+    finally:
+        server.stop()
+    a, b = statistics.median(ours_rates), statistics.median(minimal_rates)
+    print(f"\nllama-server (demo model, 1 thread): server's own decode rate")
+    print(f"{'while our client measures':<32} {a:8.1f} tok/s")
+    print(f"{'under a minimal client':<32} {b:8.1f} tok/s")
+    print(f"ratio {a / b:.3f} (target >= 0.98)")
+    return a / b
+
+
+def main() -> None:
+    head = emitter_table()
+    ratio = llama_server_table()
+    extra = f"; server-rate ratio {ratio:.3f}" if ratio else ""
+    print(f"headline: measured/true at 5k tok/s = {head:.4f}{extra}")
+
+
+if __name__ == "__main__":
+    main()
