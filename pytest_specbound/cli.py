@@ -207,5 +207,84 @@ def _add_measure(sub: Any) -> None:
 SUBCOMMANDS.append(_add_measure)
 
 
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import difflib
+    from pathlib import Path
+
+    from .atomic import write_text
+    from .budget import load_budget
+    from .calibrate import apply, propose
+    from .pool import ServerPool
+    from .runner import run_class
+    from .settings import resolve
+
+    budget = load_budget(args.budget)
+    hw = hardware_from_args(args.hw, None)
+    # one look at the full sample count: the interval at the plain confidence level
+    settings = resolve({"specbound_url": args.url, "specbound_samples": str(args.samples),
+                        "specbound_min_samples": str(args.samples)},
+                       {}, lambda name: None)
+    budget = budget.for_hardware(hw.label)
+    pool = ServerPool(Path(args.log_dir))
+    text = Path(args.budget).read_text(encoding="utf-8")
+    new = text
+    try:
+        for name, cls in budget.classes.items():
+            result, _ = run_class(budget, cls, hw, settings, pool)
+            values = propose(result)
+            print(f"{name}: accept {result['accept_length']:.2f}, efficiency "
+                  f"{result['efficiency']:.2f} -> {values}", file=sys.stderr)
+            new = apply(new, f"classes.{name}", values)
+    finally:
+        pool.close()
+    diff = difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
+                                args.budget, args.budget + " (proposed)")
+    sys.stdout.writelines(diff)
+    if args.write:
+        write_text(Path(args.budget), new)
+        print(f"wrote {args.budget}: review the change before committing it", file=sys.stderr)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .report.table import markdown, terminal
+
+    results = []
+    for path in args.files:
+        try:
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SpecboundError(f"{path}: not a specbound results file ({exc})") from None
+        if not isinstance(doc, dict) or "results" not in doc:
+            raise SpecboundError(f"{path}: not a specbound results file (no 'results' list)")
+        results.extend(doc["results"])
+    print(markdown(results) if args.format == "markdown" else terminal(results))
+    return 1 if any(r.get("verdict") not in ("pass", "skip") for r in results) else 0
+
+
+def _add_calibrate(sub: Any) -> None:
+    p = sub.add_parser("calibrate", help="measure a budget and propose bands and floors")
+    p.add_argument("budget")
+    p.add_argument("--hw", required=True)
+    p.add_argument("--url", help="attach instead of launching the budget's command")
+    p.add_argument("--samples", type=_nonneg_int, default=20)
+    p.add_argument("--log-dir", default=".specbound/logs")
+    p.add_argument("--write", action="store_true", help="rewrite the budget (default: diff only)")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def _add_report(sub: Any) -> None:
+    p = sub.add_parser("report", help="merge results JSON files from several runners")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--format", choices=("table", "markdown"), default="table")
+    p.set_defaults(func=cmd_report)
+
+
+SUBCOMMANDS += [_add_calibrate, _add_report]
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

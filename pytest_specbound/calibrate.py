@@ -1,0 +1,58 @@
+"""Propose bands and floors from a measurement, as an edit of the budget file (review the diff)."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+ACCEPT_MARGIN = 0.10  # widen the measured accept interval by this much on each side
+EFFICIENCY_MARGIN = 0.05  # set the floor this far under the measured efficiency's lower bound
+
+
+def propose(result: dict[str, Any]) -> dict[str, Any]:
+    """Band and floor for one class result (from ``runner.run_class``)."""
+    b = result.get("bounds") or {}
+    out: dict[str, Any] = {}
+    acc = b.get("accept_length")
+    if acc and all(math.isfinite(x) for x in acc):
+        low = max(1.0, math.floor((acc[0] - ACCEPT_MARGIN) * 20) / 20)
+        high = math.ceil((acc[1] + ACCEPT_MARGIN) * 20) / 20
+        cap = result.get("roofline", {}).get("max_accept")
+        out["accept"] = [round(low, 2), round(min(high, cap) if cap else high, 2)]
+    eff = b.get("efficiency")
+    if eff and math.isfinite(eff[0]):
+        out["min_efficiency"] = max(0.0, math.floor((eff[0] - EFFICIENCY_MARGIN) * 100) / 100)
+    return out
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(f"{v:g}" for v in value) + "]"
+    return f"{value:.2f}"
+
+
+def apply(text: str, table: str, values: dict[str, Any]) -> str:
+    """Set ``key = value`` inside ``[table]``, keeping every other line and comment as it was."""
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if ln.split("#")[0].strip() == f"[{table}]"),
+                 None)
+    if start is None:
+        return text
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")),
+               len(lines))
+    for key, value in values.items():
+        pattern = re.compile(rf"^(\s*){re.escape(key)}\s*=.*?(\s*#.*)?$")
+        for i in range(start + 1, end):
+            m = pattern.match(lines[i].rstrip("\n"))
+            if m:
+                comment = m.group(2) or ""
+                lines[i] = f"{m.group(1)}{key} = {_format(value)}{comment}\n"
+                break
+        else:
+            insert = end
+            while insert > start + 1 and not lines[insert - 1].strip():
+                insert -= 1
+            lines.insert(insert, f"{key} = {_format(value)}\n")
+            end += 1
+    return "".join(lines)

@@ -1,0 +1,42 @@
+"""`specbound calibrate` proposes bands that the next run passes; `specbound report` merges runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pytest_specbound.budget import load_budget
+from tests.integration.test_plugin_llama import budget
+
+pytestmark = pytest.mark.integration
+
+
+def test_calibrate_then_pass(pytester, launch_llama, gguf_models):
+    server = launch_llama("target", "--spec-synth-len", "2.5", draft=True)
+    path = pytester.path / "budgets" / "llama.toml"
+    path.parent.mkdir()
+    path.write_text("# reviewed in PRs\n" + budget(gguf_models["target"], gguf_models["draft"],
+                                                     "[3.5, 4.0]  # old band", 0.99))
+    proc = subprocess.run([sys.executable, "-m", "pytest_specbound.cli", "calibrate", str(path),
+                           "--hw", "cpu", "--url", server.url, "--samples", "12", "--write"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "-accept = [3.5, 4.0]  # old band" in proc.stdout  # a reviewable diff
+    new = load_budget(path).classes["coding"]
+    assert new.accept[0] < 2.5 < new.accept[1] and new.accept[1] - new.accept[0] < 1.0
+    assert 0 < new.min_efficiency < 0.99
+    assert path.read_text().startswith("# reviewed in PRs\n") and "# old band" in path.read_text()
+    result = pytester.runpytest("--specbound-hw=cpu", f"--specbound-url={server.url}",
+                                "--specbound-samples=20", "--specbound-json=a.json", "budgets/")
+    result.assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "a.json").read_text())
+    (pytester.path / "b.json").write_text(json.dumps({**doc, "results": [
+        {**r, "hardware": "other-runner"} for r in doc["results"]]}))
+    rep = subprocess.run([sys.executable, "-m", "pytest_specbound.cli", "report",
+                          str(pytester.path / "a.json"), str(pytester.path / "b.json"),
+                          "--format", "markdown"], capture_output=True, text=True)
+    assert rep.returncode == 0
+    assert "| llama.toml::coding | cpu |" in rep.stdout and "| other-runner |" in rep.stdout

@@ -1,0 +1,44 @@
+import json
+
+from pytest_specbound.calibrate import apply, propose
+from pytest_specbound.cli import main
+
+TEXT = """[classes.coding]  # the hard class
+prompts = "coding"
+accept = [2.8, 3.4]  # from the seed
+min_efficiency = 0.70
+
+[classes.chat]
+prompts = "chat"
+"""
+
+
+def test_propose_rounds_outward_and_caps():
+    values = propose({"bounds": {"accept_length": [3.02, 3.31], "efficiency": [0.74, 0.8]},
+                      "roofline": {"max_accept": 4}})
+    assert values == {"accept": [2.9, 3.45], "min_efficiency": 0.69}
+    capped = propose({"bounds": {"accept_length": [3.8, 3.97]}, "roofline": {"max_accept": 4}})
+    assert capped["accept"][1] == 4
+
+
+def test_apply_keeps_comments_and_other_tables():
+    new = apply(TEXT, "classes.coding", {"accept": [2.9, 3.45], "min_efficiency": 0.69})
+    assert "accept = [2.9, 3.45]  # from the seed" in new
+    assert "min_efficiency = 0.69\n" in new and "[classes.chat]" in new
+    added = apply(TEXT, "classes.chat", {"min_efficiency": 0.5})
+    assert added.endswith('prompts = "chat"\nmin_efficiency = 0.50\n')
+
+
+def test_report_merges_and_exit_code(tmp_path, capsys):
+    row = {"budget": "b/x.toml", "class": "coding", "hardware": "h100", "accept_length": 3.1,
+           "accept_band": [2.8, 3.4], "decode_tok_s": 150.0, "floor_tok_s": 120.0,
+           "roofline_tok_s": 190.0, "efficiency": 0.79, "verdict": "pass"}
+    (tmp_path / "a.json").write_text(json.dumps({"results": [row]}))
+    (tmp_path / "b.json").write_text(json.dumps({"results": [{**row, "hardware": "a6000x2",
+                                                              "verdict": "fail"}]}))
+    code = main(["report", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    out = capsys.readouterr().out
+    assert code == 1 and "h100" in out and "a6000x2" in out and "FAIL" in out
+    (tmp_path / "c.json").write_text("[1, 2]")
+    assert main(["report", str(tmp_path / "c.json")]) == 2
+    assert "not a specbound results file" in capsys.readouterr().err
