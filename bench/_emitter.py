@@ -31,8 +31,8 @@ def serve(port: int, rate: float, accept: int, tokens: int) -> None:
             conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             conn.close()
             continue
-        length = int([ln.split(b":")[1] for ln in head.split(b"\r\n")
-                      if ln.lower().startswith(b"content-length")][0])
+        length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n")
+                      if ln.lower().startswith(b"content-length")))
         while len(rest) < length:
             rest += conn.recv(65536)
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")

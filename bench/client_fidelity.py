@@ -131,7 +131,7 @@ def llama_server_table() -> float | None:
     finally:
         server.stop()
     a, b = statistics.median(ours_rates), statistics.median(minimal_rates)
-    print(f"\nllama-server (demo model, 1 thread): server's own decode rate")
+    print("\nllama-server (demo model, 1 thread): server's own decode rate")
     print(f"{'while our client measures':<32} {a:8.1f} tok/s")
     print(f"{'under a minimal client':<32} {b:8.1f} tok/s")
     print(f"ratio {a / b:.3f} (target >= 0.98)")
