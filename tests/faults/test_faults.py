@@ -94,8 +94,17 @@ def test_connection_refused_is_retried_once_then_reported():
 
 
 # 8. wrong model --------------------------------------------------------------------------------
-def _budget(url: str, served: str | None, check: bool = True) -> str:
+def _budget(server: str, served: str | None = "test-model", check: bool = True,
+            classes: int = 1, min_efficiency: float = 0.05, extra: str = "") -> str:
+    """A vLLM budget for llama-3.1-8b/eagle3:3 with ``classes`` chat classes."""
     served_line = f'served_name = "{served}"' if served else ""
+    tables = "".join(f"""
+[classes.c{i}]
+prompts = "chat"
+max_tokens = 41
+accept = [3.5, 4.0]
+min_efficiency = {min_efficiency}
+{extra}""" for i in range(classes))
     return f"""
 [model]
 name = "llama-3.1-8b"
@@ -105,13 +114,10 @@ method = "eagle3"
 steps = 3
 [server]
 backend = "vllm"
-url = "{url}"
+{server}
 check_model = {"true" if check else "false"}
-[classes.chat]
-max_tokens = 41
-accept = [3.5, 4.0]
-min_efficiency = 0.05
-"""
+ready_timeout_s = 120
+{tables}"""
 
 
 def _pytester_budget(pytester, text):
@@ -121,13 +127,13 @@ def _pytester_budget(pytester, text):
 
 def test_wrong_model_is_an_error_unless_opted_out(pytester):
     with FakeServer("vllm", Script(step_s=0.007, model="Qwen/Qwen3-8B")) as srv:
-        _pytester_budget(pytester, _budget(srv.url, None))
+        _pytester_budget(pytester, _budget(f'url = "{srv.url}"', None))
         result = pytester.runpytest("--specbound-hw=h100", "--specbound-samples=4")
         assert result.ret == 1
         out = result.stdout.str()
         assert "wrong model behind the server" in out and "expects 'llama-3.1-8b'" in out
         assert "serves Qwen/Qwen3-8B" in out and "Traceback" not in out
-        _pytester_budget(pytester, _budget(srv.url, None, check=False))
+        _pytester_budget(pytester, _budget(f'url = "{srv.url}"', None, check=False))
         pytester.runpytest("--specbound-hw=h100", "--specbound-samples=4").assert_outcomes(passed=1)
 
 
@@ -160,7 +166,7 @@ def test_auto_port_picks_a_free_one(tmp_path):
 def test_no_accept_statistics_is_flagged_in_every_report(pytester):
     with FakeServer("vllm", Script(step_s=0.007, per_request_metrics=False,
                                    fault="nometrics")) as srv:
-        _pytester_budget(pytester, _budget(srv.url, "test-model"))
+        _pytester_budget(pytester, _budget(f'url = "{srv.url}"'))
         result = pytester.runpytest("--specbound-hw=h100", "--specbound-samples=4",
                                     "--specbound-json=r.json")
     out = result.stdout.str()
@@ -173,23 +179,9 @@ def test_no_accept_statistics_is_flagged_in_every_report(pytester):
 def _interrupt_run(tmp_path: Path, sig: int, during: str) -> tuple[int, list[int], Path]:
     launches = tmp_path / "launches.txt"
     ready = "60" if during == "launch" else "0"
-    budget = f"""
-[model]
-name = "llama-3.1-8b"
-served_name = "test-model"
-[speculative]
-method = "eagle3"
-steps = 3
-[server]
-backend = "vllm"
-launch = "{sys.executable} -m tests.servers.fake --family vllm --port {{port}} --child --launches {launches} --ready-after-s {ready} --step-s 0.2"
-ready_timeout_s = 120
-[classes.chat]
-max_tokens = 41
-accept = [3.5, 4.0]
-min_efficiency = 0.01
-samples = 50
-"""
+    launch = (f'launch = "{sys.executable} -m tests.servers.fake --family vllm --port {{port}} '
+              f'--child --launches {launches} --ready-after-s {ready} --step-s 0.2"')
+    budget = _budget(launch, min_efficiency=0.01, extra="samples = 50")
     (tmp_path / "budgets").mkdir()
     (tmp_path / "budgets" / "slow.toml").write_text(budget)
     proc = subprocess.Popen(
@@ -233,24 +225,9 @@ def test_interrupt_stops_the_group_and_keeps_results(tmp_path, sig, during):
 def test_xdist_workers_share_one_server(pytester, tmp_path, monkeypatch):
     pytest.importorskip("xdist")
     launches = tmp_path / "launches.txt"
-    classes = "".join(f"""
-[classes.c{i}]
-prompts = "chat"
-max_tokens = 41
-accept = [3.5, 4.0]
-min_efficiency = 0.01
-""" for i in range(4))
-    _pytester_budget(pytester, f"""
-[model]
-name = "llama-3.1-8b"
-served_name = "test-model"
-[speculative]
-method = "eagle3"
-steps = 3
-[server]
-backend = "vllm"
-launch = "{sys.executable} -m tests.servers.fake --family vllm --port {{port}} --launches {launches} --step-s 0.01"
-{classes}""")
+    launch = (f'launch = "{sys.executable} -m tests.servers.fake --family vllm --port {{port}} '
+              f'--launches {launches} --step-s 0.01"')
+    _pytester_budget(pytester, _budget(launch, classes=4, min_efficiency=0.01))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     result = pytester.runpytest_subprocess("-n", "4", "--specbound-hw=h100",
                                            "--specbound-samples=4", "--specbound-json=r.json")
@@ -319,8 +296,8 @@ def test_api_key_never_appears_in_any_output(pytester, monkeypatch):
     with FakeServer("vllm", Script(fault="http400")) as bad, \
             FakeServer("vllm", Script(step_s=0.007)) as good:
         (pytester.path / "budgets").mkdir()
-        (pytester.path / "budgets" / "bad.toml").write_text(_budget(bad.url, "test-model"))
-        (pytester.path / "budgets" / "good.toml").write_text(_budget(good.url, "test-model"))
+        (pytester.path / "budgets" / "bad.toml").write_text(_budget(f'url = "{bad.url}"'))
+        (pytester.path / "budgets" / "good.toml").write_text(_budget(f'url = "{good.url}"'))
         result = pytester.runpytest("--specbound-hw=h100", "--specbound-samples=4", "-v",
                                     "--specbound-json=out/r.json", "--junitxml=out/j.xml",
                                     "--specbound-benchmark-json=out/b.json")

@@ -53,6 +53,15 @@ def test_band_around_synthetic_accept_passes(pytester, synth25, gguf_models):
     assert "specbound summary" in result.stdout.str()
     r = json.loads((pytester.path / "r.json").read_text())["results"][0]
     assert 2.3 <= r["accept_length"] <= 2.7 and r["accept_source"] == "server"
+    # a narrow margin (0.2 either side of the truth): the first look cannot decide, so it samples on
+    assert r["samples"] > 4 and r["stopped"].startswith("decided at look")
+
+
+def test_wide_margin_stops_at_the_first_look(pytester, synth25, gguf_models):
+    result = run(pytester, synth25, gguf_models, "[1.5, 3.9]", 0.01)
+    result.assert_outcomes(passed=1)
+    r = json.loads((pytester.path / "r.json").read_text())["results"][0]
+    assert r["samples"] == 4 and r["stopped"].startswith("decided at look 1")
 
 
 def test_band_above_fails_with_drafter_diagnosis(pytester, synth25, gguf_models):
