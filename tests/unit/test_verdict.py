@@ -1,0 +1,91 @@
+"""Verdict texts and diagnoses, on hand-made measurements (pure: no server)."""
+
+import pytest
+
+from pytest_specbound.budget import ClassBudget
+from pytest_specbound.hardware import parse_hardware
+from pytest_specbound.measure import Measurement
+from pytest_specbound.models import load_model
+from pytest_specbound.records import RequestRecord
+from pytest_specbound.roofline import compute_roofline
+from pytest_specbound.speculative import parse_speculation
+from pytest_specbound.verdict import judge
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return compute_roofline(parse_hardware("a6000x2"), load_model("qwen3.6-27b"),
+                            parse_speculation("mtp:3"))
+
+
+def measured(tok_s, accept, n=8, source="server", ttft=0.05):
+    tokens = 256
+    return Measurement("sglang", [RequestRecord(completion_tokens=tokens + 1, ttft_s=ttft,
+                                                decode_s=tokens / tok_s, accept_length=accept,
+                                                accept_source=source) for _ in range(n)])
+
+
+CODING = ClassBudget("coding", "coding", 256, accept=(2.8, 3.4), min_efficiency=0.70)
+
+
+def test_seed_measurement_passes(seed):
+    v = judge(CODING, measured(55, 3.08), seed)
+    assert v.status == "pass" and v.diagnosis == "none"
+    assert v.efficiency == pytest.approx(55 / seed.tok_s(3.08))
+    assert v.floor_tok_s == pytest.approx(0.7 * seed.tok_s(3.08))
+
+
+def test_system_slowdown_text(seed):
+    v = judge(CODING, measured(48.1, 3.08), seed)
+    assert v.status == "fail" and v.diagnosis == "system"
+    assert v.lines[0] == "decode 48.1 tok/s < floor 50.9 tok/s (0.70 x roofline 72.8 at accept 3.08)"
+    assert v.lines[1] == ("per round 64.0 ms vs roofline 42.3 ms: the system slowed down; "
+                          "accept 3.08 is inside [2.8, 3.4]")
+    assert v.lines[-1] == ("roofline: weights 35.2 | kv 0.0 | state 0.1 | allreduce 1.0 | "
+                           "draft 5.5 | sched 0.5 ms")
+
+
+def test_drafter_regression_text(seed):
+    v = judge(CODING, measured(45, 2.5), seed)
+    assert v.status == "fail" and v.diagnosis == "drafter"
+    assert "accept 2.50 is below its band [2.8, 3.4]: the drafter (or the prompts) changed" in v.lines
+    assert any("is still fine: the system did not slow down" in ln for ln in v.lines)
+
+
+def test_both_moved(seed):
+    v = judge(CODING, measured(30, 2.5), seed)
+    assert v.diagnosis == "both" and len([r for r in v.reasons if r != "inconclusive"]) == 2
+
+
+def test_absolute_floors_and_ttft(seed):
+    b = ClassBudget("c", "coding", 256, min_tok_s=60, max_ttft_ms=100)
+    v = judge(b, measured(55, 3.08, ttft=0.2), seed)
+    assert v.reasons == ["tok_s_below_min", "ttft_above_max"]
+    assert "TTFT median 200 ms > max_ttft_ms 100" in v.lines
+
+
+def test_intervals_make_it_inconclusive(seed):
+    v = judge(CODING, measured(55, 3.08), seed, {"accept_length": (2.7, 3.4)})
+    assert v.status == "inconclusive" and "accept 3.08 vs band [2.8, 3.4]" in v.lines[0]
+    v = judge(CODING, measured(55, 3.08), seed, {"efficiency": (0.5, 0.6)})
+    assert v.status == "fail"  # the whole interval below the floor
+
+
+def test_failures_are_errors(seed):
+    m = measured(55, 3.08)
+    m.records.append(RequestRecord(error="POST /generate: HTTP 503: overloaded"))
+    v = judge(CODING, m, seed)
+    assert v.status == "error"
+    assert v.lines == ["1 of 9 requests failed: POST /generate: HTTP 503: overloaded"]
+
+
+def test_estimate_is_flagged(seed):
+    v = judge(CODING, measured(55, 3.08, source="estimate"), seed)
+    assert v.status == "pass" and "accept_estimated" in v.reasons
+    assert v.lines == ["note: accept length is an estimate from stream timing (the server "
+                       "exposes no accept statistics)"]
+
+
+def test_accept_above_max_is_capped_for_the_roofline(seed):
+    v = judge(ClassBudget("c", "coding", 256, min_efficiency=0.5), measured(80, 4.3), seed)
+    assert v.roofline_tok_s == pytest.approx(seed.ceiling_tok_s)
