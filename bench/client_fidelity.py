@@ -52,6 +52,24 @@ def naive_requests(url: str) -> tuple[float, float, int]:
     return (len(times) - 1) / (times[-1] - times[0]), cpu, len(times)
 
 
+def bare_socket(url: str) -> tuple[float, float, int]:
+    """The floor: a blocking recv loop that timestamps reads and parses nothing."""
+    s = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+    body = b'{"prompt": "x"}'
+    cpu = time.process_time()
+    s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+              str(len(body)).encode() + b"\r\n\r\n" + body)
+    times = []
+    while True:
+        data = s.recv(1 << 16)
+        if not data:
+            break
+        times.append(time.perf_counter())
+    cpu = time.process_time() - cpu
+    s.close()
+    return 0.0, cpu, TOKENS
+
+
 def ours(url: str) -> tuple[float, float, int, float]:
     sampler = Sampler(Endpoint(url), LlamaCpp())
     cpu = time.process_time()
@@ -70,17 +88,23 @@ def emitter_table() -> float:
         time.sleep(0.5)
         url = f"http://127.0.0.1:{port}"
         try:
-            o = [ours(url) for _ in range(5)]
-            n = [naive_requests(url) for _ in range(5)]
+            o, n, b = [], [], []
+            for _ in range(5):  # interleaved, so drift hits all three alike
+                o.append(ours(url))
+                n.append(naive_requests(url))
+                b.append(bare_socket(url))
         finally:
             proc.kill()
         o_ratio = statistics.median(x[0] for x in o) / rate
         n_ratio = statistics.median(x[0] for x in n) / rate
         o_cpu = statistics.median(x[1] / x[2] for x in o) * 1e6
         n_cpu = statistics.median(x[1] / x[2] for x in n) * 1e6
+        b_cpu = statistics.median(x[1] / x[2] for x in b) * 1e6
         acc = statistics.median(x[3] for x in o)
         print(f"{rate:>7} {'ours':<9} {o_ratio:>13.4f} {acc:>7.2f} {o_cpu:>13.1f}")
         print(f"{rate:>7} {'naive':<9} {n_ratio:>13.4f} {'-':>7} {n_cpu:>13.1f}")
+        print(f"{rate:>7} {'bare recv':<9} {'-':>13} {'-':>7} {b_cpu:>13.1f}"
+              f"   (ours / bare = {o_cpu / b_cpu:.2f})")
         if rate == 5000:
             headline = o_ratio
     return headline

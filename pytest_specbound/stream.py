@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +79,7 @@ class Endpoint:
                 text = resp.read(2000).decode("utf-8", "replace").strip().replace("\n", " ")
                 raise RequestError(f"POST {path}: HTTP {resp.status}: {text[:300]}")
             result = StreamResult(sent_at=sent, headers={k.lower(): v for k, v in resp.getheaders()})
+            _kernel_read_timeout(conn.sock, self.read_timeout_s)
             clock = time.perf_counter
             read1 = resp.read1
             append = reads.append
@@ -84,14 +87,16 @@ class Endpoint:
                 while True:
                     data = read1(65536)
                     if not data:
+                        if data is None:  # SO_RCVTIMEO fired: the read would block
+                            raise BlockingIOError
                         break
                     append((clock(), data))
-            except TimeoutError:
-                raise RequestError(
-                    f"POST {path}: stalled: no data for {self.read_timeout_s:g} s "
-                    f"after {len(reads)} reads (read timeout)"
-                ) from None
+            except (TimeoutError, BlockingIOError):
+                raise self._stalled(path, len(reads)) from None
             except (ConnectionError, OSError, http.client.HTTPException) as exc:
+                last = reads[-1][0] if reads else sent
+                if clock() - last >= 0.9 * self.read_timeout_s:  # the kernel timeout fired
+                    raise self._stalled(path, len(reads)) from None
                 raise RequestError(
                     f"POST {path}: stream broken after {len(reads)} reads: {_why(exc)}"
                 ) from None
@@ -99,6 +104,10 @@ class Endpoint:
             conn.close()
         _split_events(reads, result)
         return result
+
+    def _stalled(self, path: str, reads: int) -> RequestError:
+        return RequestError(f"POST {path}: stalled: no data for {self.read_timeout_s:g} s after "
+                            f"{reads} reads (read timeout)")
 
     def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
         """A small GET (health, info, metrics): (status, body); connection errors raise."""
@@ -121,6 +130,23 @@ class Endpoint:
             return json.loads(body)
         except ValueError:
             return None
+
+
+def _kernel_read_timeout(sock: socket.socket | None, seconds: float) -> None:
+    """Blocking reads with the stall timeout kept by the kernel (SO_RCVTIMEO).
+
+    A Python-level socket timeout polls before every read, which costs about as much CPU again
+    per read as the read itself; the kernel timeout costs nothing until it fires (EAGAIN).
+    """
+    if sock is None or not hasattr(socket, "SO_RCVTIMEO"):
+        return
+    whole = int(seconds)
+    try:
+        sock.settimeout(None)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                        struct.pack("ll", whole, int((seconds - whole) * 1e6)))
+    except OSError:
+        sock.settimeout(seconds)  # fall back to the Python-level timeout
 
 
 def _why(exc: BaseException) -> str:
