@@ -7,7 +7,9 @@ has ended; each event carries the arrival time of the read that completed it.
 
 from __future__ import annotations
 
+import bisect
 import http.client
+import itertools
 import json
 import socket
 import struct
@@ -64,44 +66,75 @@ class Endpoint:
                 raise RequestError(str(exc).replace(self.api_key, "***")) from None
             raise
 
+    def _open_socket(self) -> socket.socket:
+        sock = socket.create_connection((self.host, self.port), timeout=self.read_timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.scheme == "https":
+            import ssl
+
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
+        return sock
+
+    def _request_bytes(self, path: str, payload: bytes) -> bytes:
+        lines = [f"POST {self.prefix + path} HTTP/1.1", f"Host: {self.host}:{self.port}",
+                 f"Content-Length: {len(payload)}", "Connection: close"]
+        lines += [f"{k}: {v}" for k, v in self.headers().items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
+
     def _stream(self, path: str, body: dict[str, Any]) -> StreamResult:
+        """HTTP/1.1 on a bare socket: the read loop only timestamps bytes (see module doc)."""
         payload = json.dumps(body).encode()
-        conn = self._connect()
         reads: list[tuple[float, bytes]] = []
+        clock = time.perf_counter
+        try:
+            sock = self._open_socket()
+        except OSError as exc:
+            raise RequestError(f"POST {path}: connection failed: {_why(exc)}") from None
         try:
             try:
-                conn.request("POST", self.prefix + path, payload, self.headers())
-                sent = time.perf_counter()
-                resp = conn.getresponse()
-            except (ConnectionError, OSError, http.client.HTTPException) as exc:
+                sock.sendall(self._request_bytes(path, payload))
+                sent = clock()
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    data = sock.recv(65536)
+                    if not data:
+                        raise ConnectionError("closed before the response headers")
+                    head += data
+            except TimeoutError:
+                raise self._stalled(path, 0) from None
+            except OSError as exc:
                 raise RequestError(f"POST {path}: connection failed: {_why(exc)}") from None
-            if resp.status != 200:
-                text = resp.read(2000).decode("utf-8", "replace").strip().replace("\n", " ")
-                raise RequestError(f"POST {path}: HTTP {resp.status}: {text[:300]}")
-            result = StreamResult(sent_at=sent, headers={k.lower(): v for k, v in resp.getheaders()})
-            _kernel_read_timeout(conn.sock, self.read_timeout_s)
-            clock = time.perf_counter
-            read1 = resp.read1
+            arrived = clock()
+            head, _, rest = head.partition(b"\r\n\r\n")
+            status, headers = _parse_head(head)
+            if status != 200:
+                text = _error_body(sock, rest, headers)
+                raise RequestError(f"POST {path}: HTTP {status}: {text[:300]}")
+            result = StreamResult(sent_at=sent, headers=headers)
+            chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+            if rest:
+                reads.append((arrived, rest))
+            _kernel_read_timeout(sock, self.read_timeout_s)
+            recv = sock.recv
             append = reads.append
             try:
                 while True:
-                    data = read1(65536)
+                    data = recv(65536)
                     if not data:
-                        if data is None:  # SO_RCVTIMEO fired: the read would block
-                            raise BlockingIOError
                         break
                     append((clock(), data))
+                    if chunked and data[-5:] == b"0\r\n\r\n" and _ends_body(reads):
+                        break  # the server may keep the connection open after the last chunk
             except (TimeoutError, BlockingIOError):
                 raise self._stalled(path, len(reads)) from None
-            except (ConnectionError, OSError, http.client.HTTPException) as exc:
-                last = reads[-1][0] if reads else sent
-                if clock() - last >= 0.9 * self.read_timeout_s:  # the kernel timeout fired
-                    raise self._stalled(path, len(reads)) from None
+            except OSError as exc:
                 raise RequestError(
                     f"POST {path}: stream broken after {len(reads)} reads: {_why(exc)}"
                 ) from None
         finally:
-            conn.close()
+            sock.close()
+        if chunked:
+            reads = _dechunk(reads, path)
         _split_events(reads, result)
         return result
 
@@ -147,6 +180,74 @@ def _kernel_read_timeout(sock: socket.socket | None, seconds: float) -> None:
                         struct.pack("ll", whole, int((seconds - whole) * 1e6)))
     except OSError:
         sock.settimeout(seconds)  # fall back to the Python-level timeout
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    try:
+        status = int(lines[0].split()[1])
+    except (IndexError, ValueError):
+        raise RequestError(f"not an HTTP response: {lines[0][:80]!r}") from None
+    headers = {}
+    for line in lines[1:]:
+        key, _, value = line.partition(":")
+        headers[key.strip().lower()] = value.strip()
+    return status, headers
+
+
+def _error_body(sock: socket.socket, rest: bytes, headers: dict[str, str]) -> str:
+    """Up to 2000 bytes of an error response body, as one line."""
+    sock.settimeout(2.0)
+    want = int(headers.get("content-length", "2000") or 2000)
+    try:
+        while len(rest) < min(want, 2000):
+            data = sock.recv(4096)
+            if not data:
+                break
+            rest += data
+    except OSError:
+        pass
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        rest = b"".join(d for _, d in _dechunk([(0.0, rest)], "", strict=False))
+    return rest[:2000].decode("utf-8", "replace").strip().replace("\n", " ")
+
+
+def _ends_body(reads: list[tuple[float, bytes]]) -> bool:
+    """Does the stream end with the zero-size last chunk (CRLF, "0", CRLF, CRLF)?"""
+    tail = b"".join(d for _, d in reads[-2:])[-7:]
+    return tail == b"\r\n0\r\n\r\n" or (len(reads) == 1 and reads[0][1] == b"0\r\n\r\n")
+
+
+def _dechunk(reads: list[tuple[float, bytes]], path: str,
+             strict: bool = True) -> list[tuple[float, bytes]]:
+    """Undo chunked transfer encoding; each payload piece keeps the time of the read it came in."""
+    raw = b"".join(d for _, d in reads)
+    ends = list(itertools.accumulate(len(d) for _, d in reads))  # raw offset after each read
+    out: list[tuple[float, bytes]] = []
+    pos, done = 0, False
+    while pos < len(raw):
+        line_end = raw.find(b"\r\n", pos)
+        if line_end < 0:
+            break
+        try:
+            size = int(raw[pos:line_end].split(b";")[0], 16)
+        except ValueError:
+            raise RequestError(f"POST {path}: bad chunked encoding at byte {pos}") from None
+        start = line_end + 2
+        if size == 0:
+            done = True
+            break
+        stop = min(start + size, len(raw))
+        i = bisect.bisect_right(ends, start)
+        while start < stop:
+            cut = min(stop, ends[i])
+            out.append((reads[i][0], raw[start:cut]))
+            start, i = cut, i + 1
+        pos = line_end + 2 + size + 2
+    if strict and not done:
+        raise RequestError(f"POST {path}: stream broken after {len(reads)} reads: the "
+                           "connection closed before the last chunk")
+    return out
 
 
 def _why(exc: BaseException) -> str:

@@ -189,7 +189,10 @@ def _interrupt_run(tmp_path: Path, sig: int, during: str) -> tuple[int, list[int
          "--specbound-samples=50", "--specbound-min-samples=50", "--specbound-json=r.json",
          "budgets/slow.toml", "--rootdir", str(tmp_path)],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        # a shell's background job starts with SIGINT ignored, and Python keeps it so: give the
+        # run the default disposition, as a terminal or a CI runner's cancel would find it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not launches.is_file() and time.monotonic() < deadline:
         time.sleep(0.1)
