@@ -22,8 +22,6 @@ from .settings import Settings
 from .stats import bounds, look_level, look_schedule
 from .verdict import Verdict, judge
 
-SCHEMA_VERSION = 1
-
 
 @dataclass
 class SequentialRule:

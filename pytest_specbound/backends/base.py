@@ -133,6 +133,16 @@ class Backend:
         return {"models": ids}
 
 
+def tokens_per_forward(decode_tokens: float, accepted_drafts: float) -> float | None:
+    """Accept length as the roofline needs it: decode tokens over target forwards.
+
+    Every target forward emits exactly one token that is not an accepted draft (the bonus or the
+    correction), so forwards = decode tokens - accepted drafts; a forward with no draft counts 1.
+    """
+    forwards = decode_tokens - accepted_drafts
+    return decode_tokens / forwards if forwards > 0 else None
+
+
 def burst_accept(times: list[float], decode_tokens: int, chunks_are_steps: bool) -> float | None:
     """Estimate tokens per verify step from the stream alone (flagged as an estimate).
 

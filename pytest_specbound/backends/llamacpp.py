@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..records import RequestRecord
 from ..stream import Endpoint
-from .base import Backend, Prompt
+from .base import Backend, Prompt, tokens_per_forward
 
 ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
 DRAFTS = "llamacpp:spec_decode_num_drafts_total"
@@ -81,11 +81,9 @@ class LlamaCpp(Backend):
             record.server_decode_s = ms / 1e3
             record.server_decode_tok_s = float(timings.get("predicted_per_second", 0.0)) or None
         if "draft_n" in timings:
-            accepted = int(timings.get("draft_n_accepted", 0))
-            steps = (n - 1) - accepted  # every target step emits exactly one non-draft token
-            if steps > 0:
-                record.accept_length = (n - 1) / steps
-                record.accept_source = "server"
+            accept = tokens_per_forward(n - 1, int(timings.get("draft_n_accepted", 0)))
+            if accept is not None:
+                record.accept_length, record.accept_source = accept, "server"
 
     def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
         drafts = delta.get(DRAFTS, 0.0)

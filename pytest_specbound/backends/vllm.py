@@ -6,7 +6,7 @@ from typing import Any
 
 from ..records import RequestRecord
 from ..stream import Endpoint
-from .base import Backend
+from .base import Backend, tokens_per_forward
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -34,20 +34,17 @@ class VLLM(Backend):
         spec = metrics.get("speculative_decoding")
         if isinstance(spec, dict) and spec.get("num_accepted_draft_tokens") is not None:
             # vLLM's mean_acceptance_length averages over steps that drafted; the roofline needs
-            # tokens per target forward, where a step with no draft emits 1 token (and still
-            # reads every weight): each forward emits exactly one token that is not a draft.
-            steps = record.decode_tokens - int(spec["num_accepted_draft_tokens"])
-            if steps > 0:
-                record.accept_length = record.decode_tokens / steps
-                record.accept_source = "server"
+            # tokens per target forward (a forward that drafted nothing still reads every weight)
+            accept = tokens_per_forward(record.decode_tokens, int(spec["num_accepted_draft_tokens"]))
+            if accept is not None:
+                record.accept_length, record.accept_source = accept, "server"
 
     def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
         # same definition as the per-request field: decode tokens over target forwards
-        decode = delta.get(GENERATED, 0.0) - 1  # one request; its first token is prefill
-        steps = decode - delta.get(ACCEPTED, 0.0)
-        if delta.get(DRAFTS, 0.0) <= 0 or steps <= 0:
+        if delta.get(DRAFTS, 0.0) <= 0:
             return None
-        return decode / steps
+        decode = delta.get(GENERATED, 0.0) - 1  # one request; its first token is prefill
+        return tokens_per_forward(decode, delta.get(ACCEPTED, 0.0))
 
     def info(self, endpoint: Endpoint) -> dict[str, Any]:
         info = super().info(endpoint)
