@@ -41,18 +41,64 @@ def loads_toml(text: str, origin: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: TOML syntax error: {msg}") from None
 
 
+def _strip_comment(line: str) -> str:
+    """The line without a trailing ``# comment`` (a ``#`` inside a string is kept)."""
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            return line[:i]
+    return line
+
+
+def _dotted(text: str) -> list[str]:
+    """``a . "b.c" . d`` -> ``["a", "b.c", "d"]``."""
+    parts, current, quote = [], "", ""
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                current += ch
+        elif ch in "\"'":
+            quote = ch
+        elif ch == ".":
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    parts.append(current.strip())
+    return parts
+
+
 def key_line(text: str, key: str, table: str | None = None) -> int | None:
-    """Best-effort line number of ``key`` (inside ``[table]`` if given) in TOML text."""
-    current: str | None = None
+    """Line number of ``table.key`` in TOML text (or of ``table`` itself when ``key`` is empty).
+
+    Knows table headers followed by comments, quoted header parts and dotted keys
+    (``classes.coding.accept = ...`` at the top or ``coding.accept = ...`` under ``[classes]``).
+    """
+    want = _dotted(table) if table else []
+    if key:
+        want = [*want, key]
+    current: list[str] = []
+    first_inside: int | None = None
     for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if line.startswith("[") and not line.startswith("[["):
-            current = line.strip("[]").strip().replace('"', "")
-            if table is not None and key == "" and current == table:
-                return number
-            if table is None and key and (current == key or current.startswith(key + ".")):
-                return number
+        line = _strip_comment(raw).strip()
+        if not line:
             continue
-        if (table is None or current == table) and line.split("=", 1)[0].strip().strip('"') == key:
+        if line.startswith("[") and not line.startswith("[["):
+            current = _dotted(line.strip("[]"))
+            path = current
+        elif "=" in line:
+            path = current + _dotted(line.split("=", 1)[0])
+        else:
+            continue
+        if path == want:
             return number
-    return None
+        if first_inside is None and path[:len(want)] == want:
+            first_inside = number  # a table given only through its keys
+    return first_inside

@@ -18,7 +18,7 @@ TOP_KEYS = {"model", "speculative", "server", "classes", "hardware", "roofline"}
 MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
 SPEC_KEYS = {"method", "steps", "draft_tokens", "draft_model", "draft_dtype"}
 SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", "api_key_env",
-               "host", "port", "env", "cwd", "model_id", "check_model"}
+               "host", "port", "env", "cwd", "model_id", "check_model", "ca_bundle"}
 ROOFLINE_KEYS = {"context", "overhead_ms", "batch"}
 CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
               "samples", "warmup"}
@@ -53,13 +53,17 @@ class Budget:
     speculation: Speculation
     draft_model: ModelRef | None
     server: ServerConfig
-    check_model: bool
     classes: dict[str, ClassBudget]
     hardware: dict[str, dict[str, Any]] = field(default_factory=dict)
     context: int = 500
     overhead_ms: float = 0.5
     batch: int = 1
     sha256: str = ""
+    server_origin: str = "[server]"  # where the server settings were written, for errors
+
+    @property
+    def check_model(self) -> bool:
+        return self.server.check_model
 
     def for_hardware(self, label: str) -> Budget:
         """Apply ``[hardware.LABEL]`` overrides of server and class fields."""
@@ -68,7 +72,7 @@ class Budget:
             return self
         server = self.server
         if "server" in over:
-            server = replace(server, **_server_fields(over["server"]))
+            server = replace(server, **over["server"])
         classes = dict(self.classes)
         for name, values in (over.get("classes") or {}).items():
             classes[name] = replace(classes[name], **_class_fields(values))
@@ -82,11 +86,15 @@ class _Where:
         self.path, self.text = path, text
         self.display = display or str(path)
 
-    def error(self, table: str | None, key: str, message: str) -> ConfigError:
-        line = key_line(self.text, key, table) if key else key_line(self.text, "", table)
+    def name(self, table: str | None, key: str) -> str:
+        """Where ``table.key`` was written, as a user would look for it."""
+        line = key_line(self.text, key, table)
         where = f"{self.display}:{line}" if line else self.display
-        name = f"{table}.{key}" if table and key else (table or key)
-        return ConfigError(f"{where}: {name}: {message}")
+        dotted = f"{table}.{key}" if table and key else (table or key)
+        return f"{where}: {dotted}"
+
+    def error(self, table: str | None, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.name(table, key)}: {message}")
 
     def check_keys(self, table: str, data: dict[str, Any], valid: set[str]) -> None:
         for key in data:
@@ -152,9 +160,10 @@ def load_budget(path: str | Path, display: str | None = None) -> Budget:
 
 
 def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = "",
-                 display: str | None = None) -> Budget:
-    """Validate budget tables (from a file, or from a marker's keywords)."""
-    w = _Where(p, text, display)
+                 display: str | None = None, where: _Where | None = None,
+                 require_server: bool = True) -> Budget:
+    """Validate budget tables (from a file, or from a marker's keywords through ``where``)."""
+    w = where or _Where(p, text, display)
     for key in data:
         if key not in TOP_KEYS:
             raise w.error(None, key, f"unknown table; valid: {', '.join(sorted(TOP_KEYS))}")
@@ -191,7 +200,7 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
     if method == "draft" and draft is None:
         raise w.error("speculative", "draft_model", "method 'draft' needs a draft_model")
 
-    server_t = w.table(data, "server")
+    server_t = w.table(data, "server", required=require_server)
     server = _parse_server(w, "server", server_t, require_target=False)
 
     roof_t = w.table(data, "roofline", required=False)
@@ -209,7 +218,10 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
             raise w.error(None, label, "must be a table")
         w.check_keys(table, over, {"server", "classes"})
         if "server" in over:
-            _parse_server(w, f"{table}.server", over["server"], require_target=False)
+            hw_server = _parse_server(w, f"{table}.server", over["server"], require_target=False)
+            over = {**over, "server": {f.name: getattr(hw_server, f.name) for f in fields(ServerConfig)
+                                       if f.name in over["server"] or
+                                       (f.name == "origin" and "url" in over["server"])}}
         for name, values in (over.get("classes") or {}).items():
             if name not in classes:
                 raise w.error(f"{table}.classes", name,
@@ -225,13 +237,13 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
         speculation=speculation,
         draft_model=draft,
         server=server,
-        check_model=bool(server_t.get("check_model", True)),
         classes=classes,
         hardware=hardware,
-        context=w.number("roofline", roof_t, "context", integer=True, low=0) or 500,
+        context=int(_default(w.number("roofline", roof_t, "context", integer=True, low=0), 500)),
         overhead_ms=_default(w.number("roofline", roof_t, "overhead_ms", low=0), 0.5),
-        batch=w.number("roofline", roof_t, "batch", integer=True, low=1) or 1,
+        batch=int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1)),
         sha256=sha256,
+        server_origin=w.name("server", ""),
     )
 
 
@@ -248,8 +260,15 @@ def _parse_server(w: _Where, table: str, t: Any, require_target: bool) -> Server
         raise w.error(table, "backend", f"unknown backend '{backend}'; valid: {', '.join(BACKENDS)}")
     if "launch" in t and "url" in t:
         raise w.error(table, "url", "give launch or url, not both")
-    for key in ("launch", "url", "api_key_env", "host", "cwd", "model_id"):
+    for key in ("launch", "url", "api_key_env", "host", "cwd", "model_id", "ca_bundle"):
         w.string(table, t, key)
+    if "url" in t:
+        from .urls import split_url
+
+        try:
+            split_url(t["url"], w.name(table, "url"))
+        except ConfigError as exc:
+            raise ConfigError(str(exc)) from None
     w.number(table, t, "ready_timeout_s", low=1)
     w.number(table, t, "read_timeout_s", low=0.1)
     w.number(table, t, "port", integer=True, low=1, high=65535)
@@ -259,6 +278,10 @@ def _parse_server(w: _Where, table: str, t: Any, require_target: bool) -> Server
         raise w.error(table, "check_model", "must be true or false")
     values = _server_fields(t)
     values.setdefault("ready_timeout_s", DEFAULT_READY_TIMEOUT_S)
+    if "ca_bundle" in values and not Path(values["ca_bundle"]).is_absolute():
+        values["ca_bundle"] = str(w.path.parent / values["ca_bundle"])
+    if "url" in values:
+        values["origin"] = w.name(table, "url")
     return ServerConfig(**values)
 
 

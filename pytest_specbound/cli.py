@@ -142,19 +142,22 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .connect import ServerConfig, open_server
-    from .measure import FixedCount, Measurement, Sampler, measure
+    from .measure import DEFAULT_MAX_ACCEPT, FixedCount, Measurement, Sampler, Stop, measure
     from .prompts import default_max_tokens, load_prompts
+    from .speculative import parse_speculation
 
+    max_accept = parse_speculation(args.spec).max_accept if args.spec else DEFAULT_MAX_ACCEPT
     prompts = load_prompts(args.prompts, "--prompts")
     max_tokens = args.max_tokens or default_max_tokens(args.prompts)
     cfg = ServerConfig(backend=args.backend, url=args.url, launch=args.launch,
                        ready_timeout_s=args.ready_timeout, api_key_env=args.api_key_env,
-                       model_id=args.model_id, read_timeout_s=args.read_timeout)
-    server, backend = open_server(cfg, Path(args.log_dir))
+                       model_id=args.model_id, read_timeout_s=args.read_timeout,
+                       ca_bundle=args.ca_bundle, origin="--url")
+    server, backend = open_server(cfg, Path(args.log_dir), say=_say)
     m = Measurement(backend=backend.name)
     try:
         m.info = backend.info(server.endpoint)
-        sampler = Sampler(server.endpoint, backend, args.model_id)
+        sampler = Sampler(server.endpoint, backend, args.model_id, max_accept)
         measure(sampler, prompts, max_tokens, FixedCount(args.samples), args.warmup,
                 measurement=m)
     finally:
@@ -163,7 +166,15 @@ def cmd_measure(args: argparse.Namespace) -> int:
         print(json.dumps(m.to_dict(), indent=2))
     else:
         print(_measure_table(m))
+    if m.decode_tok_s is None or m.stop is Stop.UNTIMED:
+        print("specbound: error: " + (m.untimed_note() or "no request could be timed"),
+              file=sys.stderr)
+        return 1
     return 1 if m.failures else 0
+
+
+def _say(line: str) -> None:
+    print(f"specbound: {line}", file=sys.stderr, flush=True)
 
 
 def _fmt(value: float | None, spec: str = ".2f") -> str:
@@ -179,6 +190,7 @@ def _measure_table(m: Any) -> str:
         f"{_fmt(m.server_decode_tok_s, '.1f')})",
         f"TTFT median {_fmt(ttft['median'], '.1f')} ms, p90 {_fmt(ttft['p90'], '.1f')} ms",
     ]
+    lines += [f"note: {n}" for n in (m.clock_note(), m.server_clock_note(), m.untimed_note()) if n]
     lines += [f"failed: {r.error}" for r in m.failures]
     return "\n".join(lines)
 
@@ -199,6 +211,10 @@ def _add_measure(sub: Any) -> None:
     p.add_argument("--ready-timeout", type=_positive_float, default=900.0)
     p.add_argument("--read-timeout", type=_positive_float, default=120.0)
     p.add_argument("--api-key-env", help="environment variable holding the API key")
+    p.add_argument("--ca-bundle", help="CA bundle for https (default: REQUESTS_CA_BUNDLE, "
+                   "SSL_CERT_FILE, else certifi)")
+    p.add_argument("--spec", help="the server's speculation, METHOD[:STEPS[:DRAFT_TOKENS]]: "
+                   "how many tokens one verify step may emit (default: up to 8)")
     p.add_argument("--log-dir", default=".specbound/logs")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=cmd_measure)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backends import get_backend
 from .backends.base import Backend
 from .backends.detect import identify
 from .errors import ConfigError
-from .server import LaunchSpec, Server, start_server
+from .server import LaunchSpec, Server, check_resolves, start_server
 
 DEFAULT_READY_TIMEOUT_S = 900.0
 API_KEY_ENV = "SPECBOUND_API_KEY"
@@ -49,6 +49,9 @@ class ServerConfig:
     cwd: str | None = None
     model_id: str | None = None  # the "model" field sent in requests
     read_timeout_s: float = 120.0
+    ca_bundle: str | None = None  # CA bundle for https (default: environment, then certifi)
+    check_model: bool = True  # the served model must match the budget's
+    origin: str = field(default="url", compare=False)  # where the url came from, for errors
 
     def key(self) -> str:
         """Identity of the server this config starts (one server per distinct key)."""
@@ -56,26 +59,32 @@ class ServerConfig:
 
 
 def open_server(cfg: ServerConfig, log_dir: Path, extra: Mapping[str, str] | None = None,
-                name: str = "server") -> tuple[Server, Backend]:
-    """Attach or launch per ``cfg`` and return the ready server and its backend."""
+                name: str = "server", say: Callable[[str], None] | None = None,
+                ) -> tuple[Server, Backend]:
+    """Attach or launch per ``cfg`` and return the ready server and its backend.
+
+    A URL whose host does not resolve fails at once; a server that refuses connections or
+    answers 503 is waited for, with a line to ``say`` at least every 15 s.
+    """
     api_key = api_key_from_env(cfg.api_key_env)
     if not cfg.url and not cfg.launch:
         raise ConfigError("server: give a url to attach to or a launch command")
     backend = get_backend(cfg.backend) if cfg.backend != "auto" else None
     paths = backend.ready_paths if backend else ("/health",)
     if cfg.url:
-        server = Server.attach(cfg.url, api_key, cfg.read_timeout_s)
-        server.wait_ready(paths, cfg.ready_timeout_s)
+        server = Server.attach(cfg.url, api_key, cfg.read_timeout_s, cfg.ca_bundle, cfg.origin)
+        check_resolves(server.endpoint, cfg.origin)
+        server.wait_ready(paths, cfg.ready_timeout_s, say)
     else:
         assert cfg.launch is not None
         spec = LaunchSpec(cfg.launch, cfg.host, cfg.port, dict(cfg.env), cfg.cwd,
                           placeholders={**placeholders(), **(extra or {})})
         server = start_server(spec, paths, cfg.ready_timeout_s, log_dir, api_key,
-                              cfg.read_timeout_s, name)
+                              cfg.read_timeout_s, name, say=say)
     try:
         if backend is None:
             backend = get_backend(identify(server.endpoint))
-            server.wait_ready(backend.ready_paths, cfg.ready_timeout_s)
+            server.wait_ready(backend.ready_paths, cfg.ready_timeout_s, say)
     except BaseException:
         server.stop()
         raise

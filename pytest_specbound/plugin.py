@@ -21,11 +21,9 @@ if TYPE_CHECKING:
     from .budget import Budget
     from .hardware import Hardware
     from .pool import ServerPool
+    from .progress import Progress
     from .verdict import Verdict
 
-MARKER_KEYS = ("prompt_class", "prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s",
-               "max_ttft_ms", "samples", "server", "budget", "model", "dtype", "speculative",
-               "draft_model", "served_name")
 PROPERTY = "specbound"
 
 
@@ -114,7 +112,7 @@ class SpecboundSession:
             if os.environ.get("PYTEST_XDIST_WORKER"):
                 factory = self.config._tmp_path_factory  # type: ignore[attr-defined]
                 shared = factory.getbasetemp().parent
-            self._pool = ServerPool(self.settings.log_dir, shared, worker_id())
+            self._pool = ServerPool(self.settings.log_dir, shared, worker_id(), say=self._say)
         return self._pool
 
     def run(self, budget: Budget, cls_name: str, item: pytest.Item,
@@ -125,6 +123,7 @@ class SpecboundSession:
         assert hw is not None
         cls = budget.for_hardware(hw.label).classes[cls_name]
         progress = self._progress(item.nodeid)
+        say = progress.waiting if progress else self._say
 
         def partial(result: dict[str, Any]) -> None:
             self.running[item.nodeid] = result
@@ -135,7 +134,8 @@ class SpecboundSession:
 
         try:
             result, verdict = run_class(budget.for_hardware(hw.label), cls, hw, self.settings,
-                                        self.pool, marker_server, progress, partial)
+                                        self.pool, marker_server,
+                                        progress.update if progress else None, partial, say)
         except KeyboardInterrupt:
             raise  # the partial entry stays in self.running and is written as such
         except SpecboundError as exc:
@@ -155,14 +155,24 @@ class SpecboundSession:
         for key in ("accept_length", "decode_tok_s", "roofline_tok_s", "efficiency", "verdict"):
             item.user_properties.append((f"specbound_{key}", result.get(key)))
 
-    def _progress(self, nodeid: str) -> Callable[[Any], None] | None:
-        from .progress import Progress
+    def _writer(self) -> tuple[Callable[[str, bool], None], bool] | None:
+        """write(text, rewrite) to the terminal with capture suspended, and whether it is a TTY.
 
+        Under xdist a worker's terminal output is not shown, so workers write to stderr.
+        """
+        if self.config.get_verbosity() < 0:
+            return None
+        if not self.controller:
+            import sys
+
+            def to_stderr(text: str, rewrite: bool) -> None:
+                sys.__stderr__.write(text + "\n") if sys.__stderr__ else None
+
+            return to_stderr, False
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is None or self.config.get_verbosity() < 0 or not self.controller:
+        if reporter is None:
             return None
         capman = self.config.pluginmanager.get_plugin("capturemanager")
-        tty = bool(getattr(reporter, "isatty", False))
 
         def write(text: str, rewrite: bool) -> None:
             with capman.global_and_fixture_disabled() if capman else _nullcontext():
@@ -171,7 +181,20 @@ class SpecboundSession:
                 else:
                     reporter.write_line(text)
 
-        return Progress(write, nodeid, tty).update
+        return write, bool(getattr(reporter, "isatty", False))
+
+    def _say(self, line: str) -> None:
+        writer = self._writer()
+        if writer is not None:
+            writer[0](f"specbound: {line}", False)
+
+    def _progress(self, nodeid: str) -> Progress | None:
+        from .progress import Progress
+
+        writer = self._writer()
+        if writer is None or not self.controller:
+            return None
+        return Progress(writer[0], nodeid, writer[1])
 
     # -- hooks ---------------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -200,14 +223,24 @@ class SpecboundSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Every marker is parsed here, as a budget, so a bad one stops the run at once."""
+        errors = []
         for item in items:
-            for mark in item.iter_markers("specbound"):
-                unknown = sorted(set(mark.kwargs) - set(MARKER_KEYS))
-                if unknown or mark.args:
-                    what = f"keyword '{unknown[0]}'" if unknown else "positional arguments"
-                    raise pytest.UsageError(
-                        f"{item.nodeid}: @pytest.mark.specbound: unknown {what}; valid: "
-                        f"{', '.join(MARKER_KEYS)}")
+            if isinstance(item, BudgetItem):
+                continue
+            mark = item.get_closest_marker("specbound")
+            if mark is None:
+                continue
+            if mark.args:
+                errors.append(f"{item.nodeid}: specbound: takes keywords only, got positional "
+                              f"arguments {mark.args!r}")
+                continue
+            try:
+                _parse_marker(item, {})
+            except pytest.UsageError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise pytest.UsageError("\n".join(errors))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.controller:
@@ -380,47 +413,21 @@ class BudgetItem(pytest.Item):
 
 
 # -- fixtures for Python tests ---------------------------------------------------------------
-def _marker_budget(request: pytest.FixtureRequest, overrides: dict[str, Any]) -> tuple[Budget, str]:
-    from .budget import load_budget, parse_budget
+def _parse_marker(node: pytest.Item, overrides: dict[str, Any]) -> tuple[Budget, str]:
+    """The test's marker (and call-time overrides) as a Budget: the budget files' own parser."""
     from .errors import ConfigError
+    from .marker_budget import marker_budget
 
-    mark = request.node.get_closest_marker("specbound")
+    mark = node.get_closest_marker("specbound")
     kw = {**(mark.kwargs if mark else {}), **overrides}
-    unknown = sorted(set(kw) - set(MARKER_KEYS))
-    if unknown:
-        raise pytest.UsageError(f"specbound: unknown keyword '{unknown[0]}'; valid: "
-                                f"{', '.join(MARKER_KEYS)}")
-    name = kw.get("prompt_class") or "chat"
-    cls = {k: (list(v) if k == "accept" else v) for k, v in kw.items()
-           if k in ("prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s",
-                    "max_ttft_ms", "samples")}
-    origin = Path(str(request.node.path))
     try:
-        if kw.get("budget"):
-            base = load_budget(Path(request.config.rootpath) / kw["budget"])
-            data: dict[str, Any] = {"model": {"name": "x"}, "server": {"url": "http://x"},
-                                    "classes": {name: {"prompts": base.classes[name].prompts
-                                                       if name in base.classes else name,
-                                                       **cls}}}
-            extra = parse_budget(data, origin)
-            from dataclasses import replace
-
-            return replace(base, classes={**base.classes, name: extra.classes[name]}), name
-        spec = str(kw.get("speculative") or "none").split(":")
-        server = dict(kw.get("server") or {"url": "http://unset"})
-        served = kw.get("served_name") or server.get("model_id")
-        data = {"model": {"name": kw.get("model") or "unknown",
-                          **({"dtype": kw["dtype"]} if kw.get("dtype") else {}),
-                          **({"served_name": served} if served else {})},
-                "speculative": {"method": spec[0], **({"steps": int(spec[1])} if len(spec) > 1
-                                                      else {}),
-                                **({"draft_model": kw["draft_model"]} if kw.get("draft_model")
-                                   else {})},
-                "server": server,
-                "classes": {name: {"prompts": kw.get("prompts") or name, **cls}}}
-        return parse_budget(data, origin), name
+        return marker_budget(kw, node.nodeid, Path(str(node.path)), Path(node.config.rootpath))
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _marker_budget(request: pytest.FixtureRequest, overrides: dict[str, Any]) -> tuple[Budget, str]:
+    return _parse_marker(request.node, overrides)
 
 
 @pytest.fixture(scope="session")
@@ -471,7 +478,10 @@ def specbound_measure(request: pytest.FixtureRequest, specbound_hw: Hardware) ->
             overrides["prompt_class"] = prompt_class
         from .errors import SpecboundError
 
-        budget, name = _marker_budget(request, overrides)
+        try:
+            budget, name = _marker_budget(request, overrides)
+        except pytest.UsageError as exc:
+            pytest.fail(str(exc), pytrace=False)
         try:
             result, verdict = session.run(budget, name, request.node)
         except SpecboundError as exc:

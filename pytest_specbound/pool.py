@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +28,27 @@ OWNER_WAIT_S = 3600.0  # the launching worker waits this long for the others to 
 
 class ServerPool:
     def __init__(self, log_dir: Path, shared_dir: Path | None = None,
-                 worker: str = "main") -> None:
+                 worker: str = "main", say: Callable[[str], None] | None = None) -> None:
         self.log_dir = log_dir
         self.shared_dir = shared_dir
         self.worker = worker
+        self.say = say
         self._servers: dict[str, tuple[Server, Backend]] = {}
+        self._failed: dict[str, str] = {}  # a launch or attach that failed is not tried again
         self._joined: list[str] = []
 
     def get(self, cfg: ServerConfig, extra: Mapping[str, str] | None = None,
             name: str = "server") -> tuple[Server, Backend]:
         key = cfg.key()
+        if key in self._failed:
+            raise ServerError(f"{self._failed[key]} (failed earlier in this session; not retried)")
         if key not in self._servers:
-            self._servers[key] = (self._shared(key, cfg, extra, name) if self.shared_dir
-                                  else open_server(cfg, self.log_dir, extra, name))
+            try:
+                self._servers[key] = (self._shared(key, cfg, extra, name) if self.shared_dir
+                                      else open_server(cfg, self.log_dir, extra, name, self.say))
+            except ServerError as exc:
+                self._failed[key] = str(exc)
+                raise
         server, backend = self._servers[key]
         if not server.alive():
             raise ServerError(f"the server died during the run; log {server.log_path}")
@@ -65,10 +73,10 @@ class ServerPool:
                 state_path.write_text(json.dumps(state))
                 self._joined.append(key)
                 server = Server.attach(state["url"], api_key_from_env(cfg.api_key_env),
-                                       cfg.read_timeout_s)
+                                       cfg.read_timeout_s, cfg.ca_bundle)
                 return server, get_backend(state["backend"])
             try:
-                server, backend = open_server(cfg, self.log_dir, extra, name)
+                server, backend = open_server(cfg, self.log_dir, extra, name, self.say)
             except ServerError as exc:
                 state_path.write_text(json.dumps({"error": str(exc)}))
                 raise

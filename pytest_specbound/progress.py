@@ -16,7 +16,7 @@ class Progress:
         self.nodeid = nodeid
         self.every_s = every_s
         self.tty = tty
-        self._last = 0.0
+        self._last: float | None = None  # no line printed yet: the first one goes out at once
 
     def line(self, m: Any) -> str:
         ok = [r for r in m.ok if r.decode_s > 0]
@@ -32,10 +32,14 @@ class Progress:
             parts.append(f"{len(m.failures)} failed")
         return ", ".join(parts)
 
+    def waiting(self, text: str) -> None:
+        """A line while the test waits (for the measurement lock, for a server to be ready)."""
+        self.write(f"specbound {self.nodeid}: {text}", self.tty)
+
     def update(self, m: Any) -> None:
         now = time.monotonic()
         if self.tty:
             self.write(self.line(m), True)
-        elif now - self._last >= self.every_s:
+        elif self._last is None or now - self._last >= self.every_s:
             self._last = now
             self.write(self.line(m), False)

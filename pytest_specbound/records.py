@@ -18,16 +18,25 @@ class RequestRecord:
     decode_s: float = 0.0  # first token to last token, client clock
     chunk_times_s: list[float] = field(default_factory=list)  # since the request was sent
     chunk_tokens: list[int] = field(default_factory=list)
+    chunk_reads: list[int] = field(default_factory=list)  # the socket read each chunk came in
     server_decode_s: float | None = None  # the server's own decode window, where it reports one
     server_decode_tok_s: float | None = None
     accept_length: float | None = None  # tokens per verify step, bonus included
     accept_source: str = "none"
     error: str | None = None
+    untimed: str | None = None  # why no clock could time this request (then it is retried)
+    clock: str = "client"  # whose clock decode_s is: "client", or "server" where the client's failed
+    client_untimed: str | None = None  # why the client's clock failed (then clock is "server")
     server: dict[str, Any] = field(default_factory=dict)  # raw per-request server fields
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def decode_reads(self) -> int:
+        """Socket reads that brought decode tokens (those after the first token's read)."""
+        return len(set(self.chunk_reads[1:]) - {self.chunk_reads[0]}) if self.chunk_reads else 0
 
     @property
     def decode_tokens(self) -> int:
@@ -49,6 +58,7 @@ class RequestRecord:
         if not chunks:
             data.pop("chunk_times_s")
             data.pop("chunk_tokens")
+            data.pop("chunk_reads")
         data["decode_tok_s"] = self.decode_tok_s
         data["verify_steps"] = self.verify_steps
         return data

@@ -12,7 +12,8 @@ from .budget import Budget, ClassBudget, ModelRef
 from .connect import ServerConfig
 from .errors import ConfigError, ServerError
 from .hardware import Hardware
-from .measure import Measurement, Sampler, measure
+from .measure import Measurement, Sampler, Stop, measure
+from .measure_lock import exclusive_measurement
 from .models import Model, load_model
 from .pool import ServerPool
 from .prompts import load_prompts
@@ -39,10 +40,10 @@ class SequentialRule:
     def __post_init__(self) -> None:
         self.schedule = look_schedule(self.min_samples, self.max_samples)
 
-    def stop_reason(self, records: Sequence[RequestRecord]) -> str | None:
+    def stop_reason(self, records: Sequence[RequestRecord]) -> tuple[Stop, str] | None:
         n = len(records)
         if any(not r.ok for r in records):
-            return "a request failed"
+            return Stop.REQUEST_FAILED, "a request failed"
         if n not in self.schedule:
             return None
         self.looks += 1
@@ -52,9 +53,10 @@ class SequentialRule:
         m = Measurement(backend="", records=list(records))
         status = judge(self.budget, m, self.roof, self.last_bounds).status
         if status in ("pass", "fail"):
-            return f"decided at look {self.looks} ({n} requests, level {self.last_level:.4f})"
+            return Stop.DECIDED, (f"decided at look {self.looks} ({n} requests, level "
+                                  f"{self.last_level:.4f})")
         if n >= self.max_samples:
-            return f"sample budget of {self.max_samples} requests"
+            return Stop.SAMPLE_BUDGET, f"sample budget of {self.max_samples} requests"
         return None
 
 
@@ -92,15 +94,30 @@ def server_config(budget: Budget, settings: Settings, marker_server: dict[str, A
     """Precedence: marker > command line > environment > ini > budget file."""
     cfg = budget.server
     if settings.url:
-        cfg = replace(cfg, url=settings.url, launch=None,
+        cfg = replace(cfg, url=settings.url, launch=None, origin=settings.url_origin,
                       backend=settings.backend or cfg.backend)
     elif settings.launch:
         cfg = replace(cfg, launch=settings.launch, url=None)
     if marker_server:
         cfg = replace(cfg, **marker_server)
     if not cfg.url and not cfg.launch:
-        raise ConfigError(f"{budget.path}: [server] needs launch or url (or pass --specbound-url)")
+        raise ConfigError(f"{budget.server_origin}: no server to measure: give a launch command or "
+                          "a url (or pass --specbound-url / set SPECBOUND_URL)")
     return cfg
+
+
+def measurement_identity(cfg: ServerConfig) -> str:
+    """What the measurement lock is keyed on: the URL attached to, else the launch config."""
+    if cfg.url:
+        return cfg.url.rstrip("/").lower()
+    return "launch " + cfg.key()
+
+
+def worker_label() -> str:
+    import os
+
+    return f"pid {os.getpid()}" + (f", xdist {os.environ['PYTEST_XDIST_WORKER']}"
+                                   if os.environ.get("PYTEST_XDIST_WORKER") else "")
 
 
 def check_served_model(budget: Budget, info: dict[str, Any], roof: Roofline) -> None:
@@ -128,6 +145,7 @@ def run_class(
     marker_server: dict[str, Any] | None = None,
     on_record: Callable[[Measurement], None] | None = None,
     partial: Callable[[dict[str, Any]], None] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Any], Verdict]:
     """Measure one class and judge it; returns the JSON-ready result and the verdict."""
     values: dict[str, str] = {}
@@ -144,25 +162,27 @@ def run_class(
     rule = SequentialRule(cls, roof, settings.confidence, settings.min_samples,
                           cls.samples or settings.samples)
     try:
-        m.info = backend.info(server.endpoint)
-        if budget.check_model:
-            check_served_model(budget, m.info, roof)
-        sampler = Sampler(server.endpoint, backend, cfg.model_id)
+        what = f"{budget.path.name}::{cls.name} ({worker_label()})"
+        with exclusive_measurement(measurement_identity(cfg), what, say):
+            m.info = backend.info(server.endpoint)
+            if cfg.check_model:
+                check_served_model(budget, m.info, roof)
+            sampler = Sampler(server.endpoint, backend, cfg.model_id, roof.max_accept)
 
-        def progress(cur: Measurement) -> None:
-            if on_record:
-                on_record(cur)
-            if partial:
-                partial(fill_result(result, cur, None, rule, started))
+            def progress(cur: Measurement) -> None:
+                if on_record:
+                    on_record(cur)
+                if partial:
+                    partial(fill_result(result, cur, None, rule, started))
 
-        measure(sampler, load_prompts(cls.prompts, f"{budget.path}: classes.{cls.name}.prompts"),
-                cls.max_tokens, rule, cls.warmup if cls.warmup is not None else settings.warmup,
-                settings.max_seconds, progress, m)
+            measure(sampler, load_prompts(cls.prompts, f"{budget.path}: classes.{cls.name}.prompts"),
+                    cls.max_tokens, rule, cls.warmup if cls.warmup is not None else settings.warmup,
+                    settings.max_seconds, progress, m)
     except KeyboardInterrupt:
         if partial:
             partial(fill_result(result, m, None, rule, started, interrupted=True))
         raise
-    if m.stopped.startswith("time"):  # stopped between looks: one more look at the same level
+    if m.stop is Stop.TIME_BUDGET:  # stopped between looks: one more look at the same level
         rule.last_level = look_level(settings.confidence, len(rule.schedule))
         rule.last_bounds = bounds(m.records, roof.round_ms, rule.last_level, roof.max_accept)
     verdict = judge(cls, m, roof, rule.last_bounds)

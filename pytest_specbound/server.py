@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,28 @@ from .stream import Endpoint
 
 DEFAULT_HOST = "127.0.0.1"
 TAIL_LINES = 15
+SAY_EVERY_S = 15.0
+RESOLVE_TIMEOUT_S = 5.0
+
+
+def check_resolves(endpoint: Endpoint, origin: str = "url") -> None:
+    """Fail at once, naming the URL, when its host does not resolve (a proxy resolves for us)."""
+    if endpoint.proxied:
+        return
+    import concurrent.futures
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    future = pool.submit(socket.getaddrinfo, endpoint.host, endpoint.port, 0, socket.SOCK_STREAM)
+    try:
+        future.result(RESOLVE_TIMEOUT_S)
+    except concurrent.futures.TimeoutError:
+        raise ServerError(f"{origin}={endpoint.base_url}: host '{endpoint.host}' did not resolve "
+                          f"within {RESOLVE_TIMEOUT_S:g} s") from None
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ServerError(f"{origin}={endpoint.base_url}: host '{endpoint.host}' does not resolve "
+                          f"({exc})") from None
+    finally:
+        pool.shutdown(wait=False)
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
@@ -129,8 +151,9 @@ class Server:
         return self.process is not None
 
     @classmethod
-    def attach(cls, url: str, api_key: str | None = None, read_timeout_s: float = 120.0) -> Server:
-        return cls(Endpoint(url, api_key, read_timeout_s))
+    def attach(cls, url: str, api_key: str | None = None, read_timeout_s: float = 120.0,
+               ca_bundle: str | None = None, origin: str = "url") -> Server:
+        return cls(Endpoint(url, api_key, read_timeout_s, ca_bundle, origin=origin))
 
     @classmethod
     def launch(cls, spec: LaunchSpec, log_dir: Path, api_key: str | None = None,
@@ -161,22 +184,36 @@ class Server:
         endpoint = Endpoint(f"http://{spec.host}:{port}", api_key, read_timeout_s)
         return cls(endpoint, process, log_path, argv)
 
-    def wait_ready(self, paths: Sequence[str], timeout_s: float) -> None:
-        """Poll ``paths`` in order until each answers 200; fail fast if the process dies."""
-        deadline = time.monotonic() + timeout_s
+    def wait_ready(self, paths: Sequence[str], timeout_s: float,
+                   say: Callable[[str], None] | None = None) -> None:
+        """Poll ``paths`` in order until each answers 200; fail fast if the process dies.
+
+        Connection refused and HTTP 503 (a server still loading) are waited for; ``say`` gets
+        what the server answered last and the time left, at once and then every 15 s.
+        """
+        start = time.monotonic()
+        deadline = start + timeout_s
+        next_say = start
         pending = list(paths)
         last = "no answer yet"
         while pending:
             self._check_alive()
             try:
-                status, _body = self.endpoint.get(pending[0], timeout_s=2.0)
+                status, body = self.endpoint.get(pending[0], timeout_s=2.0)
                 if status == 200:
                     pending.pop(0)
                     continue
-                last = f"HTTP {status}"
+                text = body[:120].decode("utf-8", "replace").strip().replace("\n", " ")
+                last = f"HTTP {status}" + (f" {text}" if text else "")
             except RequestError as exc:
-                last = str(exc)
-            if time.monotonic() > deadline:
+                last = str(exc).split(": ", 1)[-1]
+            now = time.monotonic()
+            if say is not None and now >= next_say:
+                what = "launched server" if self.owned else "server"
+                say(f"waiting for the {what} at {self.url}{pending[0]}: {last}; "
+                    f"{max(0.0, deadline - now):.0f} s left of ready_timeout_s={timeout_s:g}")
+                next_say = now + SAY_EVERY_S
+            if now > deadline:
                 tail = self._tail()
                 raise ServerError(
                     f"server not ready after {timeout_s:g} s: {self.url}{pending[0]} answered "
@@ -229,12 +266,13 @@ class Server:
 
 def start_server(spec: LaunchSpec, ready_paths: Sequence[str], timeout_s: float, log_dir: Path,
                  api_key: str | None = None, read_timeout_s: float = 120.0,
-                 name: str = "server", retries: int = 2) -> Server:
+                 name: str = "server", retries: int = 2,
+                 say: Callable[[str], None] | None = None) -> Server:
     """Launch and wait until ready; if a free port we chose was taken meanwhile, try another."""
     for attempt in range(retries + 1):
         server = Server.launch(spec, log_dir, api_key, read_timeout_s, name)
         try:
-            server.wait_ready(ready_paths, timeout_s)
+            server.wait_ready(ready_paths, timeout_s, say)
             return server
         except ServerError as exc:
             server.stop()

@@ -56,6 +56,7 @@ OPTIONS = (
 class Settings:
     hw: str | None
     url: str | None
+    url_origin: str
     launch: str | None
     backend: str | None
     json_path: Path | None
@@ -130,8 +131,10 @@ def resolve(
             raise ConfigError(f"{origin('specbound_backend')}={backend}: unknown backend; valid: "
                               f"{', '.join(BACKENDS)}")
     url = text("specbound_url")
-    if url and not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{origin('specbound_url')}={url}: expected http://HOST:PORT")
+    if url:
+        from .urls import split_url
+
+        split_url(url, origin("specbound_url"))
     hw = text("specbound_hw")
     if hw is not None and not hw.strip():
         raise ConfigError(f"{origin('specbound_hw')}: empty; e.g. a6000x2, h100x8, cpu, auto")
@@ -139,7 +142,8 @@ def resolve(
     budgets = tuple(budgets_raw) if isinstance(budgets_raw, list) else tuple(
         str(budgets_raw or "budgets").split())
     samples = _int(origin("specbound_samples"), text("specbound_samples") or "20", 1)
-    min_samples = _int(origin("specbound_min_samples"), text("specbound_min_samples") or "4", 2)
+    # three requests at least: with two, one degree of freedom makes every interval useless
+    min_samples = _int(origin("specbound_min_samples"), text("specbound_min_samples") or "4", 3)
 
     def path(name: str) -> Path | None:
         value = text(name)
@@ -148,6 +152,7 @@ def resolve(
     return Settings(
         hw=hw.strip() if hw else None,
         url=url,
+        url_origin=origin("specbound_url"),
         launch=text("specbound_launch"),
         backend=backend,
         json_path=path("specbound_json"),
@@ -155,7 +160,7 @@ def resolve(
         plot=path("specbound_plot"),
         log_dir=Path(text("specbound_log_dir") or ".specbound/logs"),
         samples=samples,
-        min_samples=min(min_samples, samples),
+        min_samples=min(min_samples, max(samples, 3)),
         warmup=_int(origin("specbound_warmup"), text("specbound_warmup") or "1", 0),
         max_seconds=_float(origin("specbound_max_seconds"), text("specbound_max_seconds") or "600",
                            0, open_low=True),

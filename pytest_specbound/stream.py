@@ -1,58 +1,277 @@
-"""A low-overhead streaming HTTP client: record (arrival time, bytes) while reading, parse after.
+"""A low-overhead streaming HTTP client on requests: record (arrival time, bytes), parse after.
 
-The read loop does no JSON work, so the client spends microseconds per token and does not steal the
-CPU from a server that shares the machine. Server-sent events are split and decoded once the stream
-has ended; each event carries the arrival time of the read that completed it.
+The read loop does no parsing: it keeps the raw bytes of each ``read1`` (whatever size arrived,
+transfer encoding already undone by urllib3), and the socket reader underneath http.client's
+buffer notes the time of every socket read; bytes take the time of the socket read that brought
+them. So the client spends microseconds per token, does not steal the CPU from a server on the same
+machine, and never mistakes bytes taken from its own buffer for separate arrivals.
+Server-sent events are split and decoded once the stream has ended; each event carries the arrival
+time of the read that completed it.
+
+Timeouts (connect, stall) are socket timeouts, so they fire alike on http and https. Proxies come
+from ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` with loopback always direct; TLS is verified with
+the bundle named by the budget/flag, else ``REQUESTS_CA_BUNDLE``/``SSL_CERT_FILE``, else certifi.
 """
 
 from __future__ import annotations
 
-import bisect
+import collections
+import contextlib
+import functools
 import http.client
-import itertools
+import io
 import json
+import os
 import socket
-import struct
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from .errors import RequestError
+from .urls import is_loopback, split_url
+
+CONNECT_TIMEOUT_S = 10.0
+READ_SIZE = 1 << 16
+
+
+class ConnectFailed(RequestError):
+    """Nothing was sent: the connection could not be made (safe to retry once)."""
+
+
+class Stalled(RequestError):
+    """The server stopped sending for longer than the read timeout."""
+
+
+class HTTPStatusError(RequestError):
+    """The server answered with a status other than 200."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
 class StreamResult:
-    sent_at: float  # perf_counter when the request was written
+    sent_at: float  # perf_counter just before the request was written
     events: list[tuple[float, Any]] = field(default_factory=list)  # (seconds since sent, JSON)
     done: bool = False  # saw "data: [DONE]"
     headers: dict[str, str] = field(default_factory=dict)
+    reads: int = 0  # socket reads that carried body bytes
+    read_of_event: list[int] = field(default_factory=list)  # which socket read completed each event
+
+
+# -- a receiver thread per connection ----------------------------------------------------
+class _Receiver(threading.Thread):
+    """Owns the receive side of one connection: blocking reads, each stamped as it arrives.
+
+    It is blocked in ``recv`` before the request is written (plain http): on a machine whose CPUs
+    the server keeps busy, a thread that only starts reading after its send can be left off the
+    CPU until the whole stream has been written (seen with vLLM on 2 cores: ``sendall`` returned
+    after 250 ms with the full response queued). It never gives up on its own: the reader and
+    :meth:`Endpoint.stream` keep the stall timeout and close the connection to stop it.
+    """
+
+    def __init__(self, sock: Any) -> None:
+        super().__init__(daemon=True, name="specbound-recv")
+        self.sock = sock
+        self._ref = sock.makefile("rb", buffering=0)  # keeps the fd open while we read
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.times: list[float] = []  # arrival time of each socket read that brought bytes
+        self.error: BaseException | None = None
+        self.eof = False
+        self.cond = threading.Condition()
+        self.settled = threading.Event()  # EOF, an error, or what looks like the last chunk
+        self.running = threading.Event()  # set just before the first recv
+        self.started_at = time.perf_counter()
+
+    def start_reading(self) -> None:
+        """Start the thread and return once it is about to block in its first ``recv``."""
+        self.start()
+        self.running.wait(1.0)
+
+    def run(self) -> None:
+        recv, clock, times, chunks = self.sock.recv, time.perf_counter, self.times, self.chunks
+        cond = self.cond
+        self.running.set()
+        try:
+            while True:
+                try:
+                    data = recv(READ_SIZE)
+                except TimeoutError:
+                    continue  # the socket's own timeout; stalls are judged by the reader
+                if not data:
+                    break
+                times.append(clock())
+                with cond:
+                    chunks.append(data)
+                    cond.notify()
+                if data.endswith(b"0\r\n\r\n"):
+                    self.settled.set()  # a hint only: http.client decides where the body ends
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self._ref.close()
+            with cond:
+                self.eof = True
+                cond.notify_all()
+            self.settled.set()
+
+    @property
+    def last_arrival(self) -> float:
+        return self.times[-1] if self.times else self.started_at
+
+
+class _ReceivedBytes(io.RawIOBase):
+    """What http.client reads from: the receiver's chunks, with the stall timeout kept here."""
+
+    def __init__(self, receiver: _Receiver, timeout_s: float | None) -> None:
+        super().__init__()
+        self.receiver = receiver
+        self.timeout_s = timeout_s
+        self.taken = 0  # chunks handed out so far: bytes read now came with chunk ``taken``
+        self._rest = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._rest:
+            r = self.receiver
+            with r.cond:
+                while not r.chunks and not r.eof:
+                    if not r.cond.wait(self.timeout_s):
+                        raise TimeoutError(f"no data for {self.timeout_s:g} s")
+                if not r.chunks:
+                    if r.error is not None and not isinstance(r.error, OSError):
+                        raise r.error
+                    return 0
+                self._rest = r.chunks.popleft()
+                self.taken += 1
+        n = min(len(buffer), len(self._rest))
+        buffer[:n] = self._rest[:n]
+        self._rest = self._rest[n:]
+        return n
+
+
+class _StampedResponse(http.client.HTTPResponse):
+    def __init__(self, sock: Any, *args: Any, receiver: list[_Receiver], **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self.fp.close()  # drops only this file's reference; the socket stays open
+        if not receiver:  # https: started only now, never beside a write on the TLS socket
+            receiver.append(_Receiver(sock))
+            receiver[0].start_reading()
+        self.received = _ReceivedBytes(receiver[0], sock.gettimeout())
+        self.fp = io.BufferedReader(self.received)
+
+
+class _Stamped:
+    """Mixin for urllib3 connections: a receiver thread, and when the request was sent."""
+
+    sent_at = 0.0
+    receiver: list[_Receiver]
+    sock: Any
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        self.receiver = []
+        if not isinstance(self, HTTPSConnection):
+            if self.sock is None:
+                self.connect()  # type: ignore[attr-defined]
+            self.receiver.append(_Receiver(self.sock))
+            self.receiver[0].start_reading()
+        # http.client builds the response with self.response_class(sock, method=...)
+        setattr(self, "response_class",  # noqa: B010 - the base classes type it differently
+                functools.partial(_StampedResponse, receiver=self.receiver))
+        # stamped before the write: a sender the kernel preempts inside its send (a busy
+        # machine) would otherwise stamp after the server has already answered
+        self.sent_at = time.perf_counter()
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+
+class _HTTPConnection(_Stamped, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_Stamped, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _HTTPPool(HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
+_POOLS = {"http": _HTTPPool, "https": _HTTPSPool}
+
+
+class _StampingAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = dict(_POOLS)
+
+    def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **kwargs)
+        manager.pool_classes_by_scheme = dict(_POOLS)
+        return manager
+
+
+# -- where and how to connect ------------------------------------------------------------
+def proxies_for(url: str) -> dict[str, str]:
+    """Proxies from the environment for ``url``; loopback is never proxied."""
+    _scheme, host, _port = split_url(url)
+    if is_loopback(host):
+        return {}
+    return dict(requests.utils.get_environ_proxies(url))
+
+
+def ca_bundle_from_env() -> str | None:
+    return os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE") or None
 
 
 class Endpoint:
-    """One server base URL; opens a fresh connection per request (no stale keep-alive)."""
+    """One server base URL. Every request opens a fresh connection (no stale keep-alive)."""
 
-    def __init__(self, base_url: str, api_key: str | None = None, read_timeout_s: float = 120.0):
-        parts = urlsplit(base_url.rstrip("/"))
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise RequestError(f"--url={base_url}: expected http://HOST:PORT")
+    def __init__(self, base_url: str, api_key: str | None = None, read_timeout_s: float = 120.0,
+                 ca_bundle: str | None = None, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                 origin: str = "url"):
         self.base_url = base_url.rstrip("/")
-        self.scheme = parts.scheme
-        self.host = parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.prefix = parts.path
+        self.scheme, self.host, self.port = split_url(self.base_url, origin)
         self.api_key = api_key
         self.read_timeout_s = read_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.proxies = proxies_for(self.base_url)
+        self.verify: str | bool = ca_bundle or ca_bundle_from_env() or True
+        self.session = requests.Session()
+        self.session.trust_env = False  # proxies and CA bundle are resolved above, explicitly
+        adapter = _StampingAdapter()
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
 
-    def headers(self) -> dict[str, str]:
-        h = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    @property
+    def proxied(self) -> bool:
+        return bool(self.proxies.get(self.scheme) or self.proxies.get("all"))
+
+    def headers(self, stream: bool = False) -> dict[str, str]:
+        h = {"Connection": "close", "Accept-Encoding": "identity"}
+        if stream:
+            h.update({"Content-Type": "application/json", "Accept": "text/event-stream"})
         if self.api_key:
             h["Authorization"] = f"Bearer {self.api_key}"
         return h
 
-    def _connect(self) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        return cls(self.host, self.port, timeout=self.read_timeout_s)
+    def _redact(self, exc: RequestError) -> RequestError:
+        if self.api_key and self.api_key in str(exc):
+            exc.args = (str(exc).replace(self.api_key, "***"),)
+        return exc
 
     def stream(self, path: str, body: dict[str, Any]) -> StreamResult:
         """POST ``body`` and collect the SSE stream; failures raise :class:`RequestError`.
@@ -62,98 +281,99 @@ class Endpoint:
         try:
             return self._stream(path, body)
         except RequestError as exc:
-            if self.api_key and self.api_key in str(exc):
-                raise RequestError(str(exc).replace(self.api_key, "***")) from None
-            raise
+            raise self._redact(exc) from None
 
-    def _open_socket(self) -> socket.socket:
-        sock = socket.create_connection((self.host, self.port), timeout=self.read_timeout_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.scheme == "https":
-            import ssl
+    def _open(self, method: str, path: str, timeout: tuple[float, float], data: bytes | None,
+              stream: bool) -> requests.Response:
+        try:
+            return self.session.request(
+                method, self.base_url + path, data=data, headers=self.headers(stream),
+                stream=True, timeout=timeout, proxies=self.proxies, verify=self.verify,
+                allow_redirects=False)
+        except requests.exceptions.ConnectTimeout:
+            raise ConnectFailed(f"{method} {path}: connection failed: no answer from "
+                                f"{self.host}:{self.port} within {timeout[0]:g} s") from None
+        except requests.exceptions.ReadTimeout:
+            raise Stalled(f"{method} {path}: stalled: no response headers within "
+                          f"{timeout[1]:g} s (read timeout)") from None
+        except requests.exceptions.SSLError as exc:
+            raise ConnectFailed(f"{method} {path}: TLS failed: {_why(exc)}") from None
+        except requests.exceptions.ConnectionError as exc:
+            raise ConnectFailed(f"{method} {path}: connection failed: {_why(exc)}") from None
+        except requests.exceptions.RequestException as exc:
+            raise RequestError(f"{method} {path}: {_why(exc)}") from None
 
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
-        return sock
-
-    def _request_bytes(self, path: str, payload: bytes) -> bytes:
-        lines = [f"POST {self.prefix + path} HTTP/1.1", f"Host: {self.host}:{self.port}",
-                 f"Content-Length: {len(payload)}", "Connection: close"]
-        lines += [f"{k}: {v}" for k, v in self.headers().items()]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
+    def _release(self, resp: requests.Response) -> None:
+        """Close the response and its connection: none is ever reused (a server that closes an
+        idle keep-alive connection would fail the next request)."""
+        conn = resp.raw.connection
+        for receiver in getattr(conn, "receiver", []):
+            if receiver.is_alive():  # close() would not wake a thread blocked in recv
+                with contextlib.suppress(OSError):
+                    receiver.sock.shutdown(socket.SHUT_RDWR)
+        resp.close()
+        self.session.close()
 
     def _stream(self, path: str, body: dict[str, Any]) -> StreamResult:
-        """HTTP/1.1 on a bare socket: the read loop only timestamps bytes (see module doc)."""
         payload = json.dumps(body).encode()
-        reads: list[tuple[float, bytes]] = []
-        clock = time.perf_counter
+        before = time.perf_counter()
+        resp = self._open("POST", path, (self.connect_timeout_s, self.read_timeout_s), payload, True)
+        raw = resp.raw
+        conn = raw.connection
+        sent = getattr(conn, "sent_at", 0.0) or before
+        receivers: list[_Receiver] = getattr(conn, "receiver", [])
+        reads: list[tuple[int, bytes]] = []  # (socket reads so far, body bytes)
         try:
-            sock = self._open_socket()
-        except OSError as exc:
-            raise RequestError(f"POST {path}: connection failed: {_why(exc)}") from None
-        try:
-            try:
-                sock.sendall(self._request_bytes(path, payload))
-                sent = clock()
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    data = sock.recv(65536)
-                    if not data:
-                        raise ConnectionError("closed before the response headers")
-                    head += data
-            except TimeoutError:
-                raise self._stalled(path, 0) from None
-            except OSError as exc:
-                raise RequestError(f"POST {path}: connection failed: {_why(exc)}") from None
-            arrived = clock()
-            head, _, rest = head.partition(b"\r\n\r\n")
-            status, headers = _parse_head(head)
-            if status != 200:
-                text = _error_body(sock, rest, headers)
-                raise RequestError(f"POST {path}: HTTP {status}: {text[:300]}")
-            result = StreamResult(sent_at=sent, headers=headers)
-            chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-            if rest:
-                reads.append((arrived, rest))
-            _kernel_read_timeout(sock, self.read_timeout_s)
-            recv = sock.recv
+            if resp.status_code != 200:
+                raise HTTPStatusError(f"POST {path}: HTTP {resp.status_code}: "
+                                      f"{_error_text(raw)[:300]}", resp.status_code)
+            result = StreamResult(sent_at=sent, headers={k.lower(): v for k, v in resp.headers.items()})
+            if receivers:
+                self._wait_settled(receivers[0], path)
+            received = getattr(raw._original_response, "received", None)
+            read1 = raw.read1
             append = reads.append
             try:
                 while True:
-                    data = recv(65536)
+                    data = read1(READ_SIZE, decode_content=False)
                     if not data:
                         break
-                    append((clock(), data))
-                    if chunked and data[-5:] == b"0\r\n\r\n" and _ends_body(reads):
-                        break  # the server may keep the connection open after the last chunk
-            except (TimeoutError, BlockingIOError):
+                    append((received.taken if received else 0, data))
+            except urllib3.exceptions.ReadTimeoutError:
                 raise self._stalled(path, len(reads)) from None
-            except OSError as exc:
-                raise RequestError(
-                    f"POST {path}: stream broken after {len(reads)} reads: {_why(exc)}"
-                ) from None
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise RequestError(f"POST {path}: stream broken after {len(reads)} reads: "
+                                   f"{_why(exc)}") from None
         finally:
-            sock.close()
-        if chunked:
-            reads = _dechunk(reads, path)
-        _split_events(reads, result)
+            self._release(resp)
+        times = receivers[0].times if receivers else []
+        timed = [(times[i - 1] if 0 < i <= len(times) else sent, i, data) for i, data in reads]
+        result.reads = len({i for _, i, _ in timed})
+        _split_events(timed, result)
         return result
 
-    def _stalled(self, path: str, reads: int) -> RequestError:
-        return RequestError(f"POST {path}: stalled: no data for {self.read_timeout_s:g} s after "
-                            f"{reads} reads (read timeout)")
+    def _wait_settled(self, receiver: _Receiver, path: str) -> None:
+        """Sleep until the stream looks complete; no data for the read timeout is a stall."""
+        while not receiver.settled.is_set():
+            idle = time.perf_counter() - receiver.last_arrival
+            if idle >= self.read_timeout_s:
+                raise self._stalled(path, len(receiver.times))
+            receiver.settled.wait(self.read_timeout_s - idle)
+
+    def _stalled(self, path: str, reads: int) -> Stalled:
+        return Stalled(f"POST {path}: stalled: no data for {self.read_timeout_s:g} s after "
+                       f"{reads} reads (read timeout)")
 
     def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
         """A small GET (health, info, metrics): (status, body); connection errors raise."""
-        conn = self._connect()
-        conn.timeout = timeout_s
+        resp = self._open("GET", path, (min(timeout_s, self.connect_timeout_s), timeout_s), None,
+                          False)
         try:
-            conn.request("GET", self.prefix + path, headers=self.headers())
-            resp = conn.getresponse()
-            return resp.status, resp.read()
-        except (ConnectionError, OSError, http.client.HTTPException) as exc:
+            return resp.status_code, resp.content
+        except requests.exceptions.RequestException as exc:
             raise RequestError(f"GET {path}: {_why(exc)}") from None
         finally:
-            conn.close()
+            self._release(resp)
 
     def get_json(self, path: str, timeout_s: float = 5.0) -> Any:
         status, body = self.get(path, timeout_s)
@@ -165,99 +385,35 @@ class Endpoint:
             return None
 
 
-def _kernel_read_timeout(sock: socket.socket | None, seconds: float) -> None:
-    """Blocking reads with the stall timeout kept by the kernel (SO_RCVTIMEO).
-
-    A Python-level socket timeout polls before every read, which costs about as much CPU again
-    per read as the read itself; the kernel timeout costs nothing until it fires (EAGAIN).
-    """
-    if sock is None or not hasattr(socket, "SO_RCVTIMEO"):
-        return
-    whole = int(seconds)
-    try:
-        sock.settimeout(None)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                        struct.pack("ll", whole, int((seconds - whole) * 1e6)))
-    except OSError:
-        sock.settimeout(seconds)  # fall back to the Python-level timeout
-
-
-def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
-    lines = head.decode("latin-1").split("\r\n")
-    try:
-        status = int(lines[0].split()[1])
-    except (IndexError, ValueError):
-        raise RequestError(f"not an HTTP response: {lines[0][:80]!r}") from None
-    headers = {}
-    for line in lines[1:]:
-        key, _, value = line.partition(":")
-        headers[key.strip().lower()] = value.strip()
-    return status, headers
-
-
-def _error_body(sock: socket.socket, rest: bytes, headers: dict[str, str]) -> str:
+def _error_text(raw: Any) -> str:
     """Up to 2000 bytes of an error response body, as one line."""
-    sock.settimeout(2.0)
-    want = int(headers.get("content-length", "2000") or 2000)
     try:
-        while len(rest) < min(want, 2000):
-            data = sock.recv(4096)
-            if not data:
-                break
-            rest += data
-    except OSError:
-        pass
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        rest = b"".join(d for _, d in _dechunk([(0.0, rest)], "", strict=False))
-    return rest[:2000].decode("utf-8", "replace").strip().replace("\n", " ")
-
-
-def _ends_body(reads: list[tuple[float, bytes]]) -> bool:
-    """Does the stream end with the zero-size last chunk (CRLF, "0", CRLF, CRLF)?"""
-    tail = b"".join(d for _, d in reads[-2:])[-7:]
-    return tail == b"\r\n0\r\n\r\n" or (len(reads) == 1 and reads[0][1] == b"0\r\n\r\n")
-
-
-def _dechunk(reads: list[tuple[float, bytes]], path: str,
-             strict: bool = True) -> list[tuple[float, bytes]]:
-    """Undo chunked transfer encoding; each payload piece keeps the time of the read it came in."""
-    raw = b"".join(d for _, d in reads)
-    ends = list(itertools.accumulate(len(d) for _, d in reads))  # raw offset after each read
-    out: list[tuple[float, bytes]] = []
-    pos, done = 0, False
-    while pos < len(raw):
-        line_end = raw.find(b"\r\n", pos)
-        if line_end < 0:
-            break
-        try:
-            size = int(raw[pos:line_end].split(b";")[0], 16)
-        except ValueError:
-            raise RequestError(f"POST {path}: bad chunked encoding at byte {pos}") from None
-        start = line_end + 2
-        if size == 0:
-            done = True
-            break
-        stop = min(start + size, len(raw))
-        i = bisect.bisect_right(ends, start)
-        while start < stop:
-            cut = min(stop, ends[i])
-            out.append((reads[i][0], raw[start:cut]))
-            start, i = cut, i + 1
-        pos = line_end + 2 + size + 2
-    if strict and not done:
-        raise RequestError(f"POST {path}: stream broken after {len(reads)} reads: the "
-                           "connection closed before the last chunk")
-    return out
+        data = raw.read(2000, decode_content=True) or b""
+    except (urllib3.exceptions.HTTPError, OSError):
+        data = b""
+    return bytes(data).decode("utf-8", "replace").strip().replace("\n", " ")
 
 
 def _why(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    """The innermost useful cause of a requests/urllib3 exception, in one line."""
+    inner: BaseException = exc
+    while True:
+        nxt = (inner.args[0] if inner.args and isinstance(inner.args[0], BaseException)
+               else getattr(inner, "reason", None) if isinstance(getattr(inner, "reason", None),
+                                                                 BaseException)
+               else inner.__context__ if isinstance(inner, urllib3.exceptions.HTTPError)
+               and inner.__context__ is not None else None)
+        if nxt is None or nxt is inner:
+            break
+        inner = nxt
+    text = str(inner).replace("\n", " ")
+    return f"{type(inner).__name__}: {text}" if text else type(inner).__name__
 
 
-def _split_events(reads: list[tuple[float, bytes]], result: StreamResult) -> None:
+def _split_events(reads: list[tuple[float, int, bytes]], result: StreamResult) -> None:
     buffer = b""
     index = 0
-    for arrived, data in reads:
+    for arrived, read_no, data in reads:
         buffer += data.replace(b"\r\n", b"\n")
         while True:
             end = buffer.find(b"\n\n")
@@ -265,7 +421,7 @@ def _split_events(reads: list[tuple[float, bytes]], result: StreamResult) -> Non
                 break
             raw, buffer = buffer[:end], buffer[end + 2:]
             index += 1
-            _decode_event(raw, arrived - result.sent_at, index, result)
+            _decode_event(raw, arrived - result.sent_at, read_no, index, result)
     if buffer.strip() and not result.done:
         raise RequestError(
             f"truncated stream: {len(result.events)} events, then an unterminated one "
@@ -273,7 +429,7 @@ def _split_events(reads: list[tuple[float, bytes]], result: StreamResult) -> Non
         )
 
 
-def _decode_event(raw: bytes, t: float, index: int, result: StreamResult) -> None:
+def _decode_event(raw: bytes, t: float, read_no: int, index: int, result: StreamResult) -> None:
     lines = [ln[5:].strip() for ln in raw.split(b"\n") if ln.startswith(b"data:")]
     if not lines:
         if raw.startswith(b"error:") or b"\nerror:" in raw:
@@ -292,3 +448,4 @@ def _decode_event(raw: bytes, t: float, index: int, result: StreamResult) -> Non
         msg = err.get("message", err) if isinstance(err, dict) else err
         raise RequestError(f"server error in stream: {str(msg)[:200]}")
     result.events.append((t, obj))
+    result.read_of_event.append(read_no)

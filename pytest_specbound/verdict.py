@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .budget import ClassBudget
-from .measure import Measurement
+from .measure import Measurement, Stop
 from .render import one_line
 from .roofline import Roofline
 
@@ -50,6 +50,10 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
         first = m.failures[0].error
         return Verdict("error", [f"{len(m.failures)} of {len(m.records)} requests failed: {first}"],
                        ["request_failed"])
+    if m.stop is Stop.UNTIMED:
+        return Verdict("error", [f"{len(m.untimed)} of {len(m.records) + len(m.untimed)} requests "
+                                 f"could not be timed (more than the allowance of {m.max_untimed}):"
+                                 f" {m.untimed[0].untimed}"], ["untimed"])
     accept, tok_s = m.accept_length, m.decode_tok_s
     if tok_s is None:
         return Verdict("error", ["no decode time measured (no request produced 2+ tokens)"],
@@ -133,6 +137,12 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
         v.reasons.append("accept_estimated")
         v.lines.append("note: accept length is an estimate from stream timing (the server "
                        "exposes no accept statistics)")
+    for code, note in (("clock_disagreement", m.clock_note()),
+                       ("server_clock_used", m.server_clock_note()),
+                       ("untimed_retried", m.untimed_note())):
+        if note:
+            v.reasons.append(code)
+            v.lines.append("note: " + note)
     if v.status != "pass":
         v.lines.append("roofline: " + one_line(roof))
     return v

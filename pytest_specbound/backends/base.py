@@ -83,13 +83,15 @@ class Backend:
         record = RequestRecord()
         state: dict[str, Any] = {}
         final = result.done
-        for t, obj in result.events:
+        reads = result.read_of_event or [0] * len(result.events)
+        for (t, obj), read_no in zip(result.events, reads, strict=True):
             if not isinstance(obj, dict):
                 continue
             n = self.event_tokens(obj, state)
             if n > 0:
                 record.chunk_times_s.append(t)
                 record.chunk_tokens.append(n)
+                record.chunk_reads.append(read_no)
             usage = obj.get("usage")
             if isinstance(usage, dict):
                 record.prompt_tokens = usage.get("prompt_tokens", record.prompt_tokens)
@@ -124,6 +126,9 @@ class Backend:
     def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
         """Accept length from counter deltas around one request (concurrency 1)."""
         return None
+
+    def server_clock_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> None:
+        """Fill the server's decode time from counter deltas where it has no per-request field."""
 
     # -- identity ------------------------------------------------------------------------
     def info(self, endpoint: Endpoint) -> dict[str, Any]:

@@ -11,12 +11,13 @@ from .base import Backend, tokens_per_forward
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 GENERATED = "vllm:generation_tokens_total"
+DECODE_SUM = "vllm:request_decode_time_seconds_sum"  # histogram: per-request decode time, summed
 
 
 class VLLM(Backend):
     name = "vllm"
     ready_paths = ("/health", "/v1/models")
-    metric_names = (ACCEPTED, DRAFTS, GENERATED)
+    metric_names = (ACCEPTED, DRAFTS, GENERATED, DECODE_SUM)
 
     def extra_fields(self, max_tokens: int) -> dict[str, Any]:
         return {"ignore_eos": True, "min_tokens": max_tokens, "return_token_ids": True}
@@ -45,6 +46,14 @@ class VLLM(Backend):
             return None
         decode = delta.get(GENERATED, 0.0) - 1  # one request; its first token is prefill
         return tokens_per_forward(decode, delta.get(ACCEPTED, 0.0))
+
+    def server_clock_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> None:
+        # the decode-time histogram's sum grows by exactly this request's decode time (one
+        # request at a time: the measurement lock); per-request generation_time_ms wins if given
+        seconds = delta.get(DECODE_SUM, 0.0)
+        if record.server_decode_s is None and seconds > 0:
+            record.server_decode_s = seconds
+            record.server_decode_tok_s = record.decode_tokens / seconds
 
     def info(self, endpoint: Endpoint) -> dict[str, Any]:
         info = super().info(endpoint)

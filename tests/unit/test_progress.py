@@ -1,3 +1,5 @@
+import pytest
+
 from pytest_specbound.measure import Measurement
 from pytest_specbound.progress import Progress
 from pytest_specbound.records import RequestRecord
@@ -25,3 +27,15 @@ def test_non_tty_prints_periodic_lines():
     for n in (1, 2, 3):
         p.update(m(n))
     assert len(out) == 1 and out[0][1] is False
+
+
+@pytest.mark.parametrize("uptime_s", [1.0, 59.0, 3599.0, 1e6])
+def test_first_line_goes_out_at_once_whatever_the_uptime(monkeypatch, uptime_s):
+    """time.monotonic() counts from boot: a machine booted minutes ago must still see line one."""
+    clock = iter([uptime_s, uptime_s + 1.0, uptime_s + 3601.0])
+    monkeypatch.setattr("pytest_specbound.progress.time.monotonic", lambda: next(clock))
+    out = []
+    p = Progress(lambda text, rewrite: out.append(text), "n", False, every_s=3600)
+    for n in (1, 2, 3):
+        p.update(m(n))
+    assert [t.split(":")[1].split(",")[0].strip() for t in out] == ["1 requests", "3 requests"]
