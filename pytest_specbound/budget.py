@@ -197,6 +197,8 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
         raise w.error("speculative", "draft_tokens", str(exc)) from None
     draft_spec = w.string("speculative", spec_t, "draft_model")
     draft = ModelRef(draft_spec, w.string("speculative", spec_t, "draft_dtype")) if draft_spec else None
+    if draft is None and "draft_dtype" in spec_t:
+        raise w.error("speculative", "draft_dtype", "needs a draft_model to apply to")
     if method == "draft" and draft is None:
         raise w.error("speculative", "draft_model", "method 'draft' needs a draft_model")
 

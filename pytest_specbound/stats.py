@@ -22,16 +22,50 @@ from statistics import NormalDist
 from .records import RequestRecord
 
 
+def t_two_sided_mass(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with integer ``df``: the finite sums of Abramowitz and Stegun
+    26.7.3 (odd df) and 26.7.4 (even df) in theta = atan(t / sqrt(df)); exact up to rounding."""
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    if df % 2:  # odd: (2/pi) (theta + sin cos (1 + 2/3 cos^2 + (2 4)/(3 5) cos^4 + ...))
+        term, total = 1.0, 1.0 if df > 1 else 0.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+    term, total = 1.0, 1.0  # even: sin (1 + 1/2 cos^2 + (1 3)/(2 4) cos^4 + ...)
+    for k in range(1, df // 2):
+        term *= c2 * (2 * k - 1) / (2 * k)
+        total += term
+    return math.sin(theta) * total
+
+
 def t_quantile(p: float, df: int) -> float:
-    """Student-t quantile (Hill's 1970 expansion; accurate to ~1e-3 for df >= 2)."""
-    z = NormalDist().inv_cdf(p)
+    """Student-t quantile: closed forms for df 1 and 2, else the exact CDF inverted by bisection.
+
+    df <= 0 gives the normal quantile (no degrees of freedom to speak of).
+    """
+    if not 0 < p < 1:
+        raise ValueError(f"p must be in (0, 1), got {p}")
     if df <= 0:
-        return z
-    g1 = (z**3 + z) / 4
-    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
-    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
-    return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
+        return NormalDist().inv_cdf(p)
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    target = 2 * p - 1
+    lo, hi = 0.0, math.pi / 2  # bisection on theta: the mass grows monotonically with it
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if t_two_sided_mass(math.sqrt(df) * math.tan(mid), df) < target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-15:
+            break
+    return math.sqrt(df) * math.tan((lo + hi) / 2)
 
 
 @dataclass(frozen=True)
@@ -85,7 +119,7 @@ def bounds(records: Sequence[RequestRecord], round_ms: float, level: float,
 
 def look_schedule(min_samples: int, max_samples: int) -> list[int]:
     """Sample counts at which the sequential rule looks: min, then ~1.5x, ending at max."""
-    looks, n = [], max(2, min_samples)
+    looks, n = [], max(3, min_samples)  # df >= 2 at every look
     while n < max_samples:
         looks.append(n)
         n = max(n + 1, math.ceil(n * 1.5))

@@ -60,13 +60,23 @@ def pytest_sessionstart(session):
     assert "SAMPLES 7" in pytester_env.runpytest("-s", "--specbound-samples=7").stdout.str()
 
 
-def test_plugin_changes_nothing_for_other_projects(pytester_env):
-    pytester_env.makepyfile("def test_plain():\n    assert True\n")
-    (pytester_env.path / "data.toml").write_text("[x]\ny = 1\n")
-    result = pytester_env.runpytest("-v")
+HEADER = ("platform ", "cachedir:", "rootdir:", "configfile:", "plugins:", "testpaths:")
+
+
+def test_plugin_changes_nothing_for_other_projects(pytester_env, monkeypatch):
+    # run from a folder named like a default clone of this repository: the header's paths then
+    # contain the word, and only what the plugin itself prints may be checked
+    project = pytester_env.mkdir("pytest-specbound")
+    (project / "test_plain.py").write_text("def test_plain():\n    assert True\n")
+    (project / "data.toml").write_text("[x]\ny = 1\n")
+    (project / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    monkeypatch.chdir(project)
+    result = pytester_env.runpytest("-v", str(project))
     result.assert_outcomes(passed=1)
-    out = result.stdout.str().replace("specbound-0.1.0", "")  # the plugins line names it
-    assert "specbound" not in out
+    lines = result.stdout.lines
+    assert any(ln.startswith("rootdir:") and "pytest-specbound" in ln for ln in lines)
+    body = [ln for ln in lines if not ln.startswith(HEADER)]
+    assert not [ln for ln in body if "specbound" in ln]
 
 
 def test_help_lists_options(pytester_env):
@@ -268,3 +278,15 @@ def test_gate_fails(specbound_measure, specbound_check):
     out = result.stdout.str()
     assert "accept 4.00 is below its band [4.5, 5]" in out
     assert "Traceback" not in out
+
+
+def test_a_bad_marker_stops_collection_with_one_line(pytester_env):
+    pytester_env.makepyfile(
+        "import pytest\n\n"
+        "@pytest.mark.specbound(speculative='mtp:x', server={'url': 'http://127.0.0.1:1'})\n"
+        "def test_gate(specbound_measure):\n    pass\n")
+    result = pytester_env.runpytest("--specbound-hw=h100")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: test_a_bad_marker_stops_collection_with_one_line.py::"
+                                 "test_gate: specbound(speculative='mtp:x'): *whole numbers*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()

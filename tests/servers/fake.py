@@ -28,6 +28,7 @@ class Script:
     fault_after: int = 3  # events before a mid-stream fault
     per_request_metrics: bool = True  # vLLM --per-request-spec-decode-metrics
     ready_after_s: float = 0.0
+    burst: bool = False  # write the whole stream at the end in one go (a server that buffers)
 
     @property
     def completion_tokens(self) -> int:
@@ -51,20 +52,48 @@ class Counters:
 class FakeServer:
     """Run with ``with FakeServer("vllm") as s: s.url``."""
 
-    def __init__(self, family: str, script: Script | None = None) -> None:
+    def __init__(self, family: str, script: Script | None = None, host: str = "127.0.0.1",
+                 tls: tuple[str, str] | None = None) -> None:
+        """``tls`` = (certificate file, key file) serves https."""
         self.family = family
         self.script = script or Script()
         self.counters = Counters()
         self.started = time.monotonic()
         self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most generation requests served at the same moment
+        self.host = host
+        self.scheme = "https" if tls else "http"
         handler = type("Handler", (_Handler,), {"server_ref": self})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server_cls = ThreadingHTTPServer
+        if ":" in host:
+            import socket
+
+            server_cls = type("V6Server", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
+        self.httpd = server_cls((host, 0), handler)
+        if tls:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._lock = threading.Lock()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.httpd.server_address[1]}"
+
+    def enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     def __enter__(self) -> FakeServer:
         self.thread.start()
@@ -111,7 +140,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._events = 0
 
     def _write(self, raw: bytes) -> None:
-        self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+        data = f"{len(raw):x}\r\n".encode() + raw + b"\r\n"
+        if self.s.burst:
+            self._held = getattr(self, "_held", b"") + data
+            return
+        self.wfile.write(data)
         self.wfile.flush()
 
     def _event(self, obj: Any) -> None:
@@ -136,7 +169,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._write(f"data: {payload}\n\n".encode())
 
     def _end_sse(self) -> None:
-        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.write(getattr(self, "_held", b"") + b"0\r\n\r\n")
+        self._held = b""
         self.wfile.flush()
 
     def _body(self) -> dict[str, Any]:
@@ -256,7 +290,11 @@ class _Handler(BaseHTTPRequestHandler):
             if route is None:
                 self._json({"error": "not found"}, 404)
                 return
-            route(body)
+            self.server_ref.enter()
+            try:
+                route(body)
+            finally:
+                self.server_ref.leave()
         except (ConnectionAbortedError, BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 

@@ -92,3 +92,41 @@ def test_no_regression_passes_and_regression_fails_mostly(roof):
     bad = [run_sequential(rng, budget(min_efficiency=0.72), roof, base * 0.8, 3.0, 0.08)[0]
            for _ in range(50)]
     assert ok.count("fail") <= 3 and bad.count("fail") >= 45
+
+
+# Published two-sided critical values (Student's t table, e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2,
+# to 6 decimals): (df, upper-tail probability 1 - p) -> t.
+T_TABLE = {
+    (1, 0.025): 12.706205, (1, 0.005): 63.656741, (1, 0.0005): 636.619249,
+    (2, 0.025): 4.302653, (2, 0.005): 9.924843, (2, 0.0005): 31.599055,
+    (3, 0.025): 3.182446, (3, 0.005): 5.840909, (3, 0.0005): 12.923979,
+    (4, 0.025): 2.776445, (4, 0.005): 4.604095,
+    (5, 0.025): 2.570582, (5, 0.005): 4.032143, (5, 0.0005): 6.868827,
+    (10, 0.025): 2.228139, (10, 0.005): 3.169273, (10, 0.0005): 4.586894,
+    (20, 0.025): 2.085963, (20, 0.005): 2.845340, (20, 0.0005): 3.849516,
+    (30, 0.025): 2.042272, (30, 0.005): 2.749996, (30, 0.0005): 3.645959,
+}
+
+
+@pytest.mark.parametrize(("df", "tail"), sorted(T_TABLE))
+def test_t_quantile_matches_published_tables(df, tail):
+    assert t_quantile(1 - tail, df) == pytest.approx(T_TABLE[(df, tail)], abs=1e-4)
+    assert t_quantile(tail, df) == pytest.approx(-T_TABLE[(df, tail)], abs=1e-4)
+
+
+@pytest.mark.parametrize("looks", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("df", [2, 3, 5, 8, 13, 19])
+def test_t_quantile_inverts_the_exact_cdf_at_the_rules_levels(looks, df):
+    """At every level the sequential rule uses (alpha split over its looks), CDF(q) == p."""
+    from pytest_specbound.stats import look_level, t_two_sided_mass
+
+    level = look_level(0.95, looks)
+    p = 1 - (1 - level) / 2
+    q = t_quantile(p, df)
+    assert (1 + t_two_sided_mass(q, df)) / 2 == pytest.approx(p, abs=1e-12)
+
+
+def test_every_look_has_two_degrees_of_freedom_at_least():
+    from pytest_specbound.stats import look_schedule
+
+    assert min(look_schedule(2, 20)) == 3 and look_schedule(1, 2) == [2]

@@ -1,0 +1,73 @@
+"""A forwarding HTTP proxy on loopback for tests: records each request line, pipes the bytes.
+
+Requests name any host (``http://gpu-box.invalid:PORT/...``); the proxy connects to 127.0.0.1 on
+that port, so a test can show that proxies from the environment are used without leaving the
+machine.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class ForwardProxy:
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.seen: list[str] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def __enter__(self) -> ForwardProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.sock.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(client,), daemon=True).start()
+
+    def _handle(self, client: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = client.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        line, _, rest = data.partition(b"\r\n")
+        method, target, version = line.decode().split(" ")
+        self.seen.append(f"{method} {target}")
+        parts = urlsplit(target)
+        upstream = socket.create_connection(("127.0.0.1", parts.port or 80))
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        upstream.sendall(f"{method} {path} {version}\r\n".encode() + rest)
+        threading.Thread(target=_pipe, args=(client, upstream), daemon=True).start()
+        _pipe(upstream, client)
+
+
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while True:
+            chunk = src.recv(65536)
+            if not chunk:
+                break
+            dst.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

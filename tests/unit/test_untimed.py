@@ -1,0 +1,66 @@
+"""A request the client cannot time is never dropped silently (server clock, retry, or ERROR)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_specbound.backends import get_backend
+from pytest_specbound.measure import FixedCount, Sampler, Stop, measure, untimed_reason
+from pytest_specbound.prompts import load_prompts
+from pytest_specbound.records import RequestRecord
+from pytest_specbound.stream import Endpoint
+from tests.servers.fake import FakeServer, Script
+
+
+def test_tokens_in_too_few_reads_are_untimed():
+    rec = RequestRecord(completion_tokens=41, ttft_s=0.01, chunk_times_s=[0.01] * 11,
+                        chunk_tokens=[1] + [4] * 10, chunk_reads=[3] * 11)
+    assert "40 decode tokens arrived in 0 socket reads" in untimed_reason(rec, 4)
+    rec.chunk_reads = [3, *range(4, 14)]  # one verify step per read: fine
+    assert untimed_reason(rec, 4) is None
+    rec.chunk_reads = [3, *[4, 5] * 5]  # 40 tokens in 2 reads: more than 4 per verify step
+    assert "in 2 socket reads" in untimed_reason(rec, 4)
+
+
+def test_ttft_under_the_loopback_floor_is_untimed():
+    rec = RequestRecord(completion_tokens=3, ttft_s=5e-6, chunk_reads=[1, 2, 3],
+                        chunk_tokens=[1, 1, 1], chunk_times_s=[5e-6, 0.01, 0.02])
+    assert "under the loopback floor" in untimed_reason(rec, 4)
+
+
+def test_a_server_that_bursts_gets_its_own_clock_used_and_named():
+    with FakeServer("llamacpp", Script(burst=True)) as srv:  # llama.cpp reports timings
+        m = measure(Sampler(Endpoint(srv.url), get_backend("llamacpp"), max_accept=4),
+                    load_prompts("chat"), 41, FixedCount(4), warmup=0)
+    assert len(m.records) == 4 and not m.untimed
+    assert all(r.clock == "server" and r.decode_s == r.server_decode_s > 0 for r in m.records)
+    assert "4 of 4 requests timed on the server's clock" in m.server_clock_note()
+    assert m.ttft_ms()["median"] is None  # the client's TTFT of such requests is not trusted
+
+
+def test_untimeable_requests_are_retried_then_the_class_is_an_error():
+    from pytest_specbound.budget import ClassBudget
+    from pytest_specbound.hardware import parse_hardware
+    from pytest_specbound.models import load_model
+    from pytest_specbound.roofline import compute_roofline
+    from pytest_specbound.speculative import parse_speculation
+    from pytest_specbound.verdict import judge
+
+    with FakeServer("vllm", Script(burst=True)) as srv:  # no per-request decode time
+        m = measure(Sampler(Endpoint(srv.url), get_backend("vllm"), max_accept=4),
+                    load_prompts("chat"), 41, FixedCount(4), warmup=0, max_untimed=3)
+    assert m.stop is Stop.UNTIMED and len(m.untimed) == 4 and not m.records
+    roof = compute_roofline(parse_hardware("h100"), load_model("llama-3.1-8b"),
+                            parse_speculation("eagle3:3"))
+    verdict = judge(ClassBudget("chat", "chat", 41, accept=(3.5, 4.0)), m, roof)
+    assert verdict.status == "error" and verdict.reasons == ["untimed"]
+    assert verdict.lines[0].startswith("4 of 4 requests could not be timed (more than the "
+                                       "allowance of 3): 40 decode tokens arrived in")
+
+
+@pytest.mark.parametrize("family", ["vllm", "llamacpp", "sglang"])
+def test_a_steady_server_is_timed_by_the_client(family):
+    with FakeServer(family) as srv:
+        m = measure(Sampler(Endpoint(srv.url), get_backend(family), max_accept=4),
+                    load_prompts("chat"), 41, FixedCount(3), warmup=0)
+    assert not m.untimed and all(r.clock == "client" and r.decode_reads >= 10 for r in m.records)
