@@ -50,7 +50,7 @@ def test_https_is_verified_and_measures_with_the_named_bundle(certificate, monke
     with FakeServer("vllm", tls=certificate) as srv:
         monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
         monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-        with pytest.raises(RequestError, match="TLS failed: .*CERTIFICATE_VERIFY_FAILED"):
+        with pytest.raises(RequestError, match=r"TLS failed: .*CERTIFICATE_VERIFY_FAILED"):
             Endpoint(srv.url).get("/v1/models")
         monkeypatch.setenv("SSL_CERT_FILE", certificate[0])  # the environment's bundle is used
         assert Endpoint(srv.url).get("/v1/models")[0] == 200
@@ -114,7 +114,7 @@ def test_a_refused_connection_is_waited_for_with_lines(tmp_path, monkeypatch):
         port = s.getsockname()[1]  # bound, not listening: connections are refused
         said: list[str] = []
         server = Server.attach(f"http://127.0.0.1:{port}")
-        with pytest.raises(ServerError, match="not ready after 1.6 s"):
+        with pytest.raises(ServerError, match=r"not ready after 1\.6 s"):
             server.wait_ready(("/health",), 1.6, said.append)
     assert len(said) >= 3
     assert said[0].startswith(f"waiting for the server at http://127.0.0.1:{port}/health: ")
@@ -137,7 +137,7 @@ def test_a_failed_launch_is_not_tried_again_in_the_session(tmp_path):
     with pytest.raises(ServerError, match="exited with code 3"):
         pool.get(cfg)
     start = time.monotonic()
-    with pytest.raises(ServerError, match="exited with code 3.*not retried"):
+    with pytest.raises(ServerError, match=r"exited with code 3.*not retried"):
         pool.get(cfg)
     assert time.monotonic() - start < 1
     assert Path(marker).read_text().count("x") == 1
