@@ -191,6 +191,10 @@ class Sampler:
         self.backend = backend
         self.model = model
         self.max_accept = max(1, max_accept)
+        self.counters_needed = True  # until a request shows the server reports all we need
+
+    def _scrape_if_needed(self) -> dict[str, float] | None:
+        return self._scrape() if self.counters_needed else None
 
     def _scrape(self) -> dict[str, float] | None:
         try:
@@ -200,7 +204,7 @@ class Sampler:
 
     def one(self, prompt: Prompt, max_tokens: int) -> RequestRecord:
         path, body = self.backend.build_request(prompt, prompt.max_tokens or max_tokens, self.model)
-        before = self._scrape()  # counters around each request: server clock and accept fallback
+        before = self._scrape_if_needed()  # counters around a request: server clock, accept
         try:
             result = self._stream_with_retry(path, body)
             record = self.backend.parse(result)
@@ -220,6 +224,8 @@ class Sampler:
                                     self.backend.chunks_are_steps)
             if estimate is not None:
                 record.accept_length, record.accept_source = estimate, "estimate"
+        if record.accept_source == "server" and record.server_decode_s:
+            self.counters_needed = False  # per-request fields carry both: no scrapes from now on
         problem = untimed_reason(record, self.max_accept)
         if problem and record.server_decode_s:  # the server timed it: use its clock, say so
             record.decode_s, record.clock, record.client_untimed = (

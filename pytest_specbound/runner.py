@@ -98,6 +98,8 @@ def server_config(budget: Budget, settings: Settings, marker_server: dict[str, A
                       backend=settings.backend or cfg.backend)
     elif settings.launch:
         cfg = replace(cfg, launch=settings.launch, url=None)
+    if settings.ca_bundle:
+        cfg = replace(cfg, ca_bundle=settings.ca_bundle)
     if marker_server:
         cfg = replace(cfg, **marker_server)
     if not cfg.url and not cfg.launch:

@@ -28,6 +28,8 @@ OPTIONS = (
            "attach to a running server instead of launching the budget's command"),
     Option("specbound_launch", "--specbound-launch", "SPECBOUND_LAUNCH",
            "launch command overriding the budgets' ({host}, {port} filled in)"),
+    Option("specbound_ca_bundle", "--specbound-ca-bundle", "SPECBOUND_CA_BUNDLE",
+           "CA bundle for https servers (default: REQUESTS_CA_BUNDLE, SSL_CERT_FILE, certifi)"),
     Option("specbound_backend", "--specbound-backend", "SPECBOUND_BACKEND",
            "backend for --specbound-url (default: the budget's, else auto)"),
     Option("specbound_json", "--specbound-json", "SPECBOUND_JSON", "write results JSON here"),
@@ -57,6 +59,7 @@ class Settings:
     hw: str | None
     url: str | None
     url_origin: str
+    ca_bundle: str | None
     launch: str | None
     backend: str | None
     json_path: Path | None
@@ -93,6 +96,12 @@ def _float(flag: str, text: str, low: float, high: float | None = None, open_low
         rng = f"({low:g}, {high:g})" if high is not None else f"> {low:g}"
         raise ConfigError(f"{flag}={text}: expected a number in {rng}")
     return value
+
+
+def _existing_file(flag: str, text: str | None) -> str | None:
+    if text and not Path(text).is_file():
+        raise ConfigError(f"{flag}={text}: no such file")
+    return text or None
 
 
 def resolve(
@@ -153,6 +162,7 @@ def resolve(
         hw=hw.strip() if hw else None,
         url=url,
         url_origin=origin("specbound_url"),
+        ca_bundle=_existing_file(origin("specbound_ca_bundle"), text("specbound_ca_bundle")),
         launch=text("specbound_launch"),
         backend=backend,
         json_path=path("specbound_json"),

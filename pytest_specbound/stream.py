@@ -65,6 +65,7 @@ class StreamResult:
     headers: dict[str, str] = field(default_factory=dict)
     reads: int = 0  # socket reads that carried body bytes
     read_of_event: list[int] = field(default_factory=list)  # which socket read completed each event
+    streaming_cpu_s: float = 0.0  # this process's CPU from before the send to the stream's end
 
 
 # -- a receiver thread per connection ----------------------------------------------------
@@ -87,6 +88,7 @@ class _Receiver(threading.Thread):
         self.error: BaseException | None = None
         self.eof = False
         self.cond = threading.Condition()
+        self.waiting = False  # the reader sleeps on cond: only then is a notify needed
         self.settled = threading.Event()  # EOF, an error, or what looks like the last chunk
         self.running = threading.Event()  # set just before the first recv
         self.started_at = time.perf_counter()
@@ -109,9 +111,10 @@ class _Receiver(threading.Thread):
                 if not data:
                     break
                 times.append(clock())
-                with cond:
-                    chunks.append(data)
-                    cond.notify()
+                chunks.append(data)  # deque appends are atomic; the reader re-checks under cond
+                if self.waiting:
+                    with cond:
+                        cond.notify()
                 if data.endswith(b"0\r\n\r\n"):
                     self.settled.set()  # a hint only: http.client decides where the body ends
         except BaseException as exc:
@@ -145,9 +148,13 @@ class _ReceivedBytes(io.RawIOBase):
         if not self._rest:
             r = self.receiver
             with r.cond:
-                while not r.chunks and not r.eof:
-                    if not r.cond.wait(self.timeout_s):
-                        raise TimeoutError(f"no data for {self.timeout_s:g} s")
+                r.waiting = True
+                try:
+                    while not r.chunks and not r.eof:
+                        if not r.cond.wait(self.timeout_s):
+                            raise TimeoutError(f"no data for {self.timeout_s:g} s")
+                finally:
+                    r.waiting = False
                 if not r.chunks:
                     if r.error is not None and not isinstance(r.error, OSError):
                         raise r.error
@@ -178,20 +185,22 @@ class _Stamped:
     receiver: list[_Receiver]
     sock: Any
 
-    def request(self, *args: Any, **kwargs: Any) -> None:
+    def request(self, method: str, *args: Any, **kwargs: Any) -> None:
         self.receiver = []
-        if not isinstance(self, HTTPSConnection):
+        if method == "POST" and not isinstance(self, HTTPSConnection):  # the streams
             if self.sock is None:
                 self.connect()  # type: ignore[attr-defined]
             self.receiver.append(_Receiver(self.sock))
             self.receiver[0].start_reading()
-        # http.client builds the response with self.response_class(sock, method=...)
+        # http.client builds the response with self.response_class(sock, method=...); small
+        # GETs (health, metrics, info) keep the plain one: no thread, nothing to time
+        stamped = functools.partial(_StampedResponse, receiver=self.receiver)
         setattr(self, "response_class",  # noqa: B010 - the base classes type it differently
-                functools.partial(_StampedResponse, receiver=self.receiver))
+                stamped if method == "POST" else http.client.HTTPResponse)
         # stamped before the write: a sender the kernel preempts inside its send (a busy
         # machine) would otherwise stamp after the server has already answered
         self.sent_at = time.perf_counter()
-        super().request(*args, **kwargs)  # type: ignore[misc]
+        super().request(method, *args, **kwargs)  # type: ignore[misc]
 
 
 class _HTTPConnection(_Stamped, urllib3.connection.HTTPConnection):
@@ -316,6 +325,7 @@ class Endpoint:
 
     def _stream(self, path: str, body: dict[str, Any]) -> StreamResult:
         payload = json.dumps(body).encode()
+        cpu_before = time.process_time()
         before = time.perf_counter()
         resp = self._open("POST", path, (self.connect_timeout_s, self.read_timeout_s), payload, True)
         raw = resp.raw
@@ -330,18 +340,20 @@ class Endpoint:
             result = StreamResult(sent_at=sent, headers={k.lower(): v for k, v in resp.headers.items()})
             if receivers:
                 self._wait_settled(receivers[0], path)
-            received = getattr(raw._original_response, "received", None)
-            read1 = raw.read1
+            result.streaming_cpu_s = time.process_time() - cpu_before  # parsing comes after
+            inner = raw._original_response  # http.client's response: it undoes the chunking
+            received = getattr(inner, "received", None)
+            read1 = inner.read1 if inner is not None else raw.read1
             append = reads.append
             try:
                 while True:
-                    data = read1(READ_SIZE, decode_content=False)
+                    data = read1(READ_SIZE)
                     if not data:
                         break
                     append((received.taken if received else 0, data))
-            except urllib3.exceptions.ReadTimeoutError:
+            except (urllib3.exceptions.ReadTimeoutError, TimeoutError):
                 raise self._stalled(path, len(reads)) from None
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
+            except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
                 raise RequestError(f"POST {path}: stream broken after {len(reads)} reads: "
                                    f"{_why(exc)}") from None
         finally:
@@ -413,8 +425,12 @@ def _why(exc: BaseException) -> str:
 def _split_events(reads: list[tuple[float, int, bytes]], result: StreamResult) -> None:
     buffer = b""
     index = 0
+    held_cr = False  # a CRLF can be split across two reads: hold a trailing CR back
     for arrived, read_no, data in reads:
-        buffer += data.replace(b"\r\n", b"\n")
+        if held_cr:
+            data = b"\r" + data
+        held_cr = data.endswith(b"\r")
+        buffer += (data[:-1] if held_cr else data).replace(b"\r\n", b"\n")
         while True:
             end = buffer.find(b"\n\n")
             if end < 0:

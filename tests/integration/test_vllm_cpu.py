@@ -110,3 +110,21 @@ def test_teardown_leaves_no_process(tiny_llama, tmp_path):
     left = [ln for ln in ps.stdout.splitlines()
             if ln.split()[1] == str(pgid) and not ln.split()[2].startswith("Z")]
     assert left == []
+
+
+@pytest.mark.parametrize("prompt_class", ["coding", "chat", "repetitive"])
+def test_every_request_of_a_run_is_timed(server, tiny_llama, prompt_class):
+    """20 counted requests with the default warm-up: each has a decode time, from the client's
+    clock or, where the client could not time it (this 2-core machine can leave the client off
+    the CPU while vLLM streams), from vLLM's own decode-time histogram; the two clocks agree."""
+    srv, _ = server
+    sampler = Sampler(srv.endpoint, VLLM(), str(tiny_llama), max_accept=4)  # ngram, 3 drafts
+    m = measure(sampler, load_prompts(prompt_class), 64, FixedCount(20), warmup=1)
+    assert not m.failures, [r.error for r in m.failures]
+    assert len(m.records) == 20 and m.stop is not None and m.stop.name == "FIXED_COUNT"
+    assert all(r.decode_s > 0 and r.server_decode_s for r in m.records), m.to_dict()["requests"]
+    assert m.decode_tok_s and m.server_decode_tok_s
+    client = [r for r in m.records if r.clock == "client"]
+    if len(client) >= 5:  # pooled, the client's and the server's rates agree
+        assert abs(m.clock_ratio - 1) <= 0.05, m.clock_ratio
+    assert len(m.records) - len(client) == m.to_dict()["server_timed"]

@@ -39,10 +39,17 @@ def test_xdist_workers_take_turns_on_one_server(pytester_env, tmp_path, monkeypa
         result, serial = run(pytester_env, srv)
         result.assert_outcomes(passed=4)
         assert srv.max_in_flight == 1
+    # the same figures either way: the intervals overlap once widened by the tolerance the
+    # product allows between two clocks (two runs on a shared 2-core machine see different load)
+    from pytest_specbound.measure import CLOCK_TOLERANCE
+
     for name, r in parallel.items():
         low, high = r["bounds"]["decode_tok_s"]
         s_low, s_high = serial[name]["bounds"]["decode_tok_s"]
-        assert low <= s_high and s_low <= high, (name, r["bounds"], serial[name]["bounds"])
+        slack = CLOCK_TOLERANCE * serial[name]["decode_tok_s"]
+        assert low - slack <= s_high and s_low <= high + slack, (name, r["bounds"],
+                                                                 serial[name]["bounds"])
+        assert r["accept_length"] == serial[name]["accept_length"] == 4.0
 
 
 def test_a_waiting_process_says_whom_it_waits_for(tmp_path):
