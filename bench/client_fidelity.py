@@ -22,10 +22,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from pytest_specbound.backends.base import Prompt  # noqa: E402
-from pytest_specbound.backends.llamacpp import LlamaCpp  # noqa: E402
-from pytest_specbound.measure import Sampler  # noqa: E402
-from pytest_specbound.stream import Endpoint  # noqa: E402
+from pytest_specbound.measure.sampler import Sampler  # noqa: E402
+from pytest_specbound.serving.backends.base import Prompt  # noqa: E402
+from pytest_specbound.serving.backends.llamacpp import LlamaCpp  # noqa: E402
+from pytest_specbound.serving.transport import Endpoint  # noqa: E402
 
 TOKENS = 2001
 ACCEPT = 3
@@ -147,12 +147,12 @@ def minimal_client(url: str, body: bytes) -> float:
 
 def llama_server_table() -> float | None:
     try:
-        from pytest_specbound.backends.llamacpp import llama_server_binary
-        from pytest_specbound.demo import demo_models
+        from pytest_specbound.physics.demo import demo_models
+        from pytest_specbound.serving.backends.llamacpp import llama_server_binary
     except Exception as exc:  # pragma: no cover - missing extra
         print(f"llama-server part skipped: {exc}")
         return None
-    from pytest_specbound.server import LaunchSpec, start_server
+    from pytest_specbound.serving.server import LaunchSpec, start_server
 
     models = demo_models()
     argv = [llama_server_binary(), "-m", models["demo_gguf"], "--host", "{host}", "--port",

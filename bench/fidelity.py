@@ -10,10 +10,10 @@ import statistics
 from pathlib import Path
 
 from pytest_specbound._toml import load_toml
-from pytest_specbound.hardware import parse_hardware
-from pytest_specbound.models import load_model
-from pytest_specbound.roofline import compute_roofline
-from pytest_specbound.speculative import parse_speculation
+from pytest_specbound.physics.hardware import parse_hardware
+from pytest_specbound.physics.models import load_model
+from pytest_specbound.physics.roofline import compute_roofline
+from pytest_specbound.physics.speculative import parse_speculation
 
 ANCHORS = Path(__file__).resolve().parents[1] / "tests" / "data" / "anchors.toml"
 ENGINES = (("gpt-fast", "gpt-fast"), ("sgl", "SGLang"), ("EAGLE #211", "SGLang"),

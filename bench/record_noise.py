@@ -15,11 +15,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from pytest_specbound.backends.llamacpp import LlamaCpp, llama_server_binary  # noqa: E402
-from pytest_specbound.demo import demo_models  # noqa: E402
-from pytest_specbound.measure import FixedCount, Sampler, measure  # noqa: E402
-from pytest_specbound.prompts import load_prompts  # noqa: E402
-from pytest_specbound.server import LaunchSpec, start_server  # noqa: E402
+from pytest_specbound.measure.prompts import load_prompts  # noqa: E402
+from pytest_specbound.measure.sampler import FixedCount, Sampler, measure  # noqa: E402
+from pytest_specbound.physics.demo import demo_models  # noqa: E402
+from pytest_specbound.serving.backends.llamacpp import LlamaCpp, llama_server_binary  # noqa: E402
+from pytest_specbound.serving.server import LaunchSpec, start_server  # noqa: E402
 
 REQUESTS = 40
 

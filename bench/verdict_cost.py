@@ -19,12 +19,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from pytest_specbound.budget import ClassBudget  # noqa: E402
-from pytest_specbound.hardware import parse_hardware  # noqa: E402
-from pytest_specbound.models import load_model  # noqa: E402
-from pytest_specbound.roofline import compute_roofline  # noqa: E402
-from pytest_specbound.simulate import run_fixed, run_sequential  # noqa: E402
-from pytest_specbound.speculative import parse_speculation  # noqa: E402
+from pytest_specbound.gate.budget import ClassBudget  # noqa: E402
+from pytest_specbound.gate.simulate import run_fixed, run_sequential  # noqa: E402
+from pytest_specbound.physics.hardware import parse_hardware  # noqa: E402
+from pytest_specbound.physics.models import load_model  # noqa: E402
+from pytest_specbound.physics.roofline import compute_roofline  # noqa: E402
+from pytest_specbound.physics.speculative import parse_speculation  # noqa: E402
 
 RUNS = 300
 FLOOR = 0.70

@@ -1,7 +1,66 @@
 """pytest-specbound: gate LLM-inference deploys on physics.
 
-The core (hardware, models, roofline, measurement, verdicts) is plain Python and
-never imports pytest; ``plugin.py`` is the only pytest glue.
+The core is plain Python and never imports pytest; ``plugin.py`` and ``cli.py`` are the two shells
+over it. The stages, in data-flow order: ``physics`` (hardware, models, roofline), ``serving``
+(server lifecycle, transport, backends), ``measure`` (prompts, sampler, statistics), ``gate``
+(budgets, settings, verdicts, runner), ``report``.
+
+Scripting the core::
+
+    from pytest_specbound import compute_roofline, load_model, parse_hardware, parse_speculation
+    roof = compute_roofline(parse_hardware("a6000x2"), load_model("qwen3.6-27b"),
+                            parse_speculation("mtp:3"))
+    roof.tok_s(3.08)  # 72.8
+
+Names are imported on first use, so ``import pytest_specbound`` stays cheap.
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+_API = {
+    "compute_roofline": "pytest_specbound.physics.roofline",
+    "Roofline": "pytest_specbound.physics.roofline",
+    "parse_hardware": "pytest_specbound.physics.hardware",
+    "detect_hardware": "pytest_specbound.physics.hardware",
+    "load_model": "pytest_specbound.physics.models",
+    "parse_speculation": "pytest_specbound.physics.speculative",
+    "load_budget": "pytest_specbound.gate.budget",
+    "parse_budget": "pytest_specbound.gate.budget",
+    "measure": "pytest_specbound.measure.sampler",
+    "Sampler": "pytest_specbound.measure.sampler",
+    "FixedCount": "pytest_specbound.measure.sampler",
+    "Endpoint": "pytest_specbound.serving.transport",
+    "open_server": "pytest_specbound.serving.connect",
+    "ServerConfig": "pytest_specbound.serving.connect",
+    "get_backend": "pytest_specbound.serving.backends",
+    "load_prompts": "pytest_specbound.measure.prompts",
+    "judge": "pytest_specbound.gate.verdict",
+    "Verdict": "pytest_specbound.gate.verdict",
+    "run_class": "pytest_specbound.gate.runner",
+}
+__all__ = ["__version__", *sorted(_API)]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from pytest_specbound.gate.budget import load_budget, parse_budget
+    from pytest_specbound.gate.runner import run_class
+    from pytest_specbound.gate.verdict import Verdict, judge
+    from pytest_specbound.measure.prompts import load_prompts
+    from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
+    from pytest_specbound.physics.hardware import detect_hardware, parse_hardware
+    from pytest_specbound.physics.models import load_model
+    from pytest_specbound.physics.roofline import Roofline, compute_roofline
+    from pytest_specbound.physics.speculative import parse_speculation
+    from pytest_specbound.serving.backends import get_backend
+    from pytest_specbound.serving.connect import ServerConfig, open_server
+    from pytest_specbound.serving.transport import Endpoint
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        return getattr(import_module(_API[name]), name)
+    raise AttributeError(f"module 'pytest_specbound' has no attribute {name!r}")

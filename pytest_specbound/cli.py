@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .errors import SpecboundError
+from pytest_specbound.errors import SpecboundError
 
 FORMATS = ("table", "json", "markdown")
 
@@ -34,7 +34,7 @@ def _nonneg_int(text: str) -> int:
 
 
 def hardware_from_args(spec: str, catalog_file: str | None, origin: str = "--hw") -> Any:
-    from .hardware import parse_hardware, project_catalog, user_catalog
+    from pytest_specbound.physics.hardware import parse_hardware, project_catalog, user_catalog
 
     extra = project_catalog()
     if catalog_file:
@@ -43,10 +43,10 @@ def hardware_from_args(spec: str, catalog_file: str | None, origin: str = "--hw"
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
-    from . import render
-    from .models import load_model
-    from .roofline import compute_roofline
-    from .speculative import parse_speculation
+    from pytest_specbound.physics import render
+    from pytest_specbound.physics.models import load_model
+    from pytest_specbound.physics.roofline import compute_roofline
+    from pytest_specbound.physics.speculative import parse_speculation
 
     hw = hardware_from_args(args.hw, args.hw_catalog)
     model = load_model(args.model, args.dtype)
@@ -68,7 +68,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 
 def cmd_hw(args: argparse.Namespace) -> int:
-    from .hardware import catalog_rows, detect_hardware
+    from pytest_specbound.physics.hardware import catalog_rows, detect_hardware
 
     if args.detect:
         hw = detect_hardware()
@@ -141,10 +141,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_measure(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .connect import ServerConfig, open_server
-    from .measure import DEFAULT_MAX_ACCEPT, FixedCount, Measurement, Sampler, Stop, measure
-    from .prompts import default_max_tokens, load_prompts
-    from .speculative import parse_speculation
+    from pytest_specbound.measure.prompts import default_max_tokens, load_prompts
+    from pytest_specbound.measure.sampler import (
+        DEFAULT_MAX_ACCEPT,
+        FixedCount,
+        Measurement,
+        Sampler,
+        Stop,
+        measure,
+    )
+    from pytest_specbound.physics.speculative import parse_speculation
+    from pytest_specbound.serving.connect import ServerConfig, open_server
 
     max_accept = parse_speculation(args.spec).max_accept if args.spec else DEFAULT_MAX_ACCEPT
     prompts = load_prompts(args.prompts, "--prompts")
@@ -196,7 +203,7 @@ def _measure_table(m: Any) -> str:
 
 
 def _add_measure(sub: Any) -> None:
-    from .backends import BACKENDS
+    from pytest_specbound.serving.backends import BACKENDS
 
     p = sub.add_parser("measure", help="measure decode tok/s, accept length and TTFT")
     where = p.add_mutually_exclusive_group(required=True)
@@ -228,12 +235,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     import difflib
     from pathlib import Path
 
-    from .atomic import write_text
-    from .budget import load_budget
-    from .calibrate import apply, propose
-    from .pool import ServerPool
-    from .runner import run_class
-    from .settings import resolve
+    from pytest_specbound.atomic import write_text
+    from pytest_specbound.gate.budget import load_budget
+    from pytest_specbound.gate.calibrate import apply, propose
+    from pytest_specbound.gate.pool import ServerPool
+    from pytest_specbound.gate.runner import run_class
+    from pytest_specbound.gate.settings import resolve
 
     budget = load_budget(args.budget)
     hw = hardware_from_args(args.hw, None)
@@ -266,7 +273,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .report.table import markdown, terminal
+    from pytest_specbound.report.table import markdown, terminal
 
     results = []
     for path in args.files:

@@ -15,16 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .settings import OPTIONS, resolve
+from pytest_specbound.gate.settings import OPTIONS, resolve
 
 if TYPE_CHECKING:
-    from .budget import Budget
-    from .hardware import Hardware
-    from .pool import ServerPool
-    from .progress import Progress
-    from .verdict import Verdict
+    from pytest_specbound.gate.budget import Budget
+    from pytest_specbound.gate.pool import ServerPool
+    from pytest_specbound.gate.verdict import Verdict
+    from pytest_specbound.physics.hardware import Hardware
+    from pytest_specbound.report.progress import Progress
 
 PROPERTY = "specbound"
+SHARED_DIR = "specbound_shared_dir"  # workerinput key: the folder xdist workers share
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "prompts=..., max_tokens=..., server=..., budget=...): a roofline-derived performance "
         "gate for the specbound_measure / specbound_check fixtures",
     )
-    from .errors import ConfigError
+    from pytest_specbound.errors import ConfigError
 
     cli = {opt.name: config.getoption(opt.name) for opt in OPTIONS}
     try:
@@ -56,12 +57,40 @@ def pytest_configure(config: pytest.Config) -> None:
     hardware = None
     if settings.hw:
         try:
-            from .cli import hardware_from_args
+            from pytest_specbound.cli import hardware_from_args
 
             hardware = hardware_from_args(settings.hw, None, "--specbound-hw")
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
-    config.pluginmanager.register(SpecboundSession(config, settings, hardware), "specbound-session")
+    session = SpecboundSession(config, settings, hardware)
+    config.stash[SESSION] = session
+    config.pluginmanager.register(session, "specbound-session")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistSharing(), "specbound-xdist")
+
+
+class XdistSharing:
+    """Registered only with pytest-xdist: the controller names one folder all workers share
+    (for the server pool's state), passed through ``workerinput``."""
+
+    def __init__(self) -> None:
+        self.folder: str | None = None
+
+    def pytest_configure_node(self, node: Any) -> None:
+        if self.folder is None:
+            import tempfile
+
+            self.folder = tempfile.mkdtemp(prefix="specbound-xdist-")
+        node.workerinput[SHARED_DIR] = self.folder
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.folder is not None:
+            import shutil
+
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+SESSION: pytest.StashKey[SpecboundSession] = pytest.StashKey()
 
 
 class VerdictFailure(Exception):
@@ -89,7 +118,7 @@ class SpecboundSession:
         if not self._hw_checked:
             self._hw_checked = True
             try:
-                from .hardware import detect_hardware
+                from pytest_specbound.physics.hardware import detect_hardware
 
                 self._hardware = detect_hardware()
             except Exception as exc:  # no NVML, no GPU: say what to pass
@@ -106,18 +135,17 @@ class SpecboundSession:
     @property
     def pool(self) -> ServerPool:
         if self._pool is None:
-            from .pool import ServerPool, worker_id
+            from pytest_specbound.gate.pool import ServerPool, worker_id
 
-            shared = None
-            if os.environ.get("PYTEST_XDIST_WORKER"):
-                factory = self.config._tmp_path_factory  # type: ignore[attr-defined]
-                shared = factory.getbasetemp().parent
+            workerinput = getattr(self.config, "workerinput", None)  # xdist's public channel
+            shared = Path(workerinput[SHARED_DIR]) if workerinput and SHARED_DIR in workerinput \
+                else None
             self._pool = ServerPool(self.settings.log_dir, shared, worker_id(), say=self._say)
         return self._pool
 
     def run(self, budget: Budget, cls_name: str, item: pytest.Item,
             marker_server: dict[str, Any] | None = None) -> tuple[dict[str, Any], Verdict]:
-        from .runner import run_class
+        from pytest_specbound.gate.runner import run_class
 
         hw = self.hardware
         assert hw is not None
@@ -130,7 +158,7 @@ class SpecboundSession:
             if self.controller:
                 self._write_json(partial=True)
 
-        from .errors import SpecboundError
+        from pytest_specbound.errors import SpecboundError
 
         try:
             result, verdict = run_class(budget.for_hardware(hw.label), cls, hw, self.settings,
@@ -189,7 +217,7 @@ class SpecboundSession:
             writer[0](f"specbound: {line}", False)
 
     def _progress(self, nodeid: str) -> Progress | None:
-        from .progress import Progress
+        from pytest_specbound.report.progress import Progress
 
         writer = self._writer()
         if writer is None or not self.controller:
@@ -253,7 +281,7 @@ class SpecboundSession:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.results or not self.controller:
             return
-        from .report.table import terminal
+        from pytest_specbound.report.table import terminal
 
         terminalreporter.write_sep("=", "specbound summary")
         for line in terminal(self.results).splitlines():
@@ -303,7 +331,7 @@ class SpecboundSession:
         path = self.settings.json_path
         if not path:
             return
-        from .report.results import write_results
+        from pytest_specbound.report.results import write_results
 
         rows = self.results + [dict(r, partial=True) for r in self.running.values()]
         write_results(path, rows, partial or bool(self.running), self.run_info())
@@ -311,16 +339,16 @@ class SpecboundSession:
     def _write_extras(self) -> None:
         s = self.settings
         if s.benchmark_json:
-            from .report.results import write_benchmark
+            from pytest_specbound.report.results import write_benchmark
 
             write_benchmark(s.benchmark_json, self.results, self.run_info())
         if s.plot:
-            from .report.plot import write_plot
+            from pytest_specbound.report.plot import write_plot
 
             write_plot(s.plot, self.results)
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:
-            from .report.table import markdown
+            from pytest_specbound.report.table import markdown
 
             with open(summary, "a", encoding="utf-8") as f:
                 f.write(markdown(self.results))
@@ -337,9 +365,7 @@ def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
 
 
 def _session(config: pytest.Config) -> SpecboundSession:
-    plugin = config.pluginmanager.get_plugin("specbound-session")
-    assert isinstance(plugin, SpecboundSession)
-    return plugin
+    return config.stash[SESSION]
 
 
 def _outcome_for(verdict: Verdict, settings: Any) -> None:
@@ -358,7 +384,7 @@ class BudgetFile(pytest.File):
     """A budget TOML: one item per prompt class, named CLASS[HARDWARE]."""
 
     def collect(self) -> Iterator[pytest.Item]:
-        from .budget import load_budget
+        from pytest_specbound.gate.budget import load_budget
 
         try:
             display = str(self.path.relative_to(self.config.rootpath))
@@ -373,7 +399,7 @@ class BudgetFile(pytest.File):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> Any:
-        from .errors import SpecboundError
+        from pytest_specbound.errors import SpecboundError
 
         if isinstance(excinfo.value, SpecboundError):
             return str(excinfo.value)
@@ -396,7 +422,7 @@ class BudgetItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> Any:
-        from .errors import SpecboundError
+        from pytest_specbound.errors import SpecboundError
 
         label = self.nodeid
         exc = excinfo.value
@@ -415,8 +441,8 @@ class BudgetItem(pytest.Item):
 # -- fixtures for Python tests ---------------------------------------------------------------
 def _parse_marker(node: pytest.Item, overrides: dict[str, Any]) -> tuple[Budget, str]:
     """The test's marker (and call-time overrides) as a Budget: the budget files' own parser."""
-    from .errors import ConfigError
-    from .marker_budget import marker_budget
+    from pytest_specbound.errors import ConfigError
+    from pytest_specbound.gate.markers import marker_budget
 
     mark = node.get_closest_marker("specbound")
     kw = {**(mark.kwargs if mark else {}), **overrides}
@@ -442,7 +468,7 @@ def specbound_hw(request: pytest.FixtureRequest) -> Hardware:
 @pytest.fixture
 def specbound_model(request: pytest.FixtureRequest) -> Any:
     """The target model named by the test's ``specbound`` marker (or its budget)."""
-    from .runner import resolve_model
+    from pytest_specbound.gate.runner import resolve_model
 
     budget, _ = _marker_budget(request, {})
     return resolve_model(budget.model, {}, budget.path.parent, "specbound marker: model")
@@ -451,7 +477,7 @@ def specbound_model(request: pytest.FixtureRequest) -> Any:
 @pytest.fixture
 def specbound_roofline(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Any:
     """The per-round roofline for the marker's model and speculative method on this hardware."""
-    from .runner import roofline_for
+    from pytest_specbound.gate.runner import roofline_for
 
     budget, _ = _marker_budget(request, {})
     return roofline_for(budget, specbound_hw, {})
@@ -460,7 +486,7 @@ def specbound_roofline(request: pytest.FixtureRequest, specbound_hw: Hardware) -
 @pytest.fixture
 def specbound_server(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Any:
     """The server for this test's config (one per distinct launch config per run)."""
-    from .runner import server_config
+    from pytest_specbound.gate.runner import server_config
 
     session = _session(request.config)
     budget, _ = _marker_budget(request, {})
@@ -476,7 +502,7 @@ def specbound_measure(request: pytest.FixtureRequest, specbound_hw: Hardware) ->
     def run(prompt_class: str | None = None, **overrides: Any) -> dict[str, Any]:
         if prompt_class:
             overrides["prompt_class"] = prompt_class
-        from .errors import SpecboundError
+        from pytest_specbound.errors import SpecboundError
 
         try:
             budget, name = _marker_budget(request, overrides)

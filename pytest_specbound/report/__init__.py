@@ -1,1 +1,1 @@
-"""Reports: terminal table, results JSON, markdown step summary, pytest-benchmark JSON, plot."""
+"""Stage 5, report: terminal table and progress, results JSON, benchmark JSON, markdown, plot."""

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from pytest_specbound.errors import ConfigError
 
 
 def write_plot(path: Path, results: Sequence[dict[str, Any]]) -> None:

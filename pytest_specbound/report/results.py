@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..atomic import write_json
+from pytest_specbound import __version__
+from pytest_specbound.atomic import write_json
 
 SCHEMA_VERSION = 1
 

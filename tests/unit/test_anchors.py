@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from pytest_specbound._toml import load_toml
-from pytest_specbound.hardware import parse_hardware
-from pytest_specbound.models import load_model
-from pytest_specbound.roofline import compute_roofline
-from pytest_specbound.speculative import parse_speculation
+from pytest_specbound.physics.hardware import parse_hardware
+from pytest_specbound.physics.models import load_model
+from pytest_specbound.physics.roofline import compute_roofline
+from pytest_specbound.physics.speculative import parse_speculation
 
 ANCHORS = load_toml(Path(__file__).parent.parent / "data" / "anchors.toml")["anchor"]
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from pytest_specbound.backends import get_backend
-from pytest_specbound.backends.base import Prompt
-from pytest_specbound.backends.detect import identify
-from pytest_specbound.measure import FixedCount, Sampler, measure
-from pytest_specbound.stream import Endpoint
+from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
+from pytest_specbound.serving.backends import get_backend
+from pytest_specbound.serving.backends.base import Prompt
+from pytest_specbound.serving.backends.detect import identify
+from pytest_specbound.serving.transport import Endpoint
 from tests.servers.fake import FakeServer, Script
 
 SERVER_ACCEPT = ["sglang", "vllm", "llamacpp", "trtllm"]
@@ -51,7 +51,7 @@ def test_generic_openai_estimates_from_chunks():
 
 
 def test_llamacpp_bursts_estimate_when_only_arrival_gaps_show_steps():
-    from pytest_specbound.backends.base import burst_accept
+    from pytest_specbound.serving.backends.base import burst_accept
 
     times, t = [0.0], 0.0
     for _ in range(10):

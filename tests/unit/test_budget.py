@@ -1,7 +1,7 @@
 import pytest
 
-from pytest_specbound.budget import load_budget
 from pytest_specbound.errors import ConfigError
+from pytest_specbound.gate.budget import load_budget
 
 BASE = """
 [model]

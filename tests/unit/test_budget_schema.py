@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbound import budget as schema
-from pytest_specbound.budget import load_budget
 from pytest_specbound.errors import ConfigError
+from pytest_specbound.gate import budget as schema
+from pytest_specbound.gate.budget import load_budget
 
 BASE = {
     "model": 'name = "llama-3.1-8b"',

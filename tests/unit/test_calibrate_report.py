@@ -1,7 +1,7 @@
 import json
 
-from pytest_specbound.calibrate import apply, propose
 from pytest_specbound.cli import main
+from pytest_specbound.gate.calibrate import apply, propose
 
 TEXT = """[classes.coding]  # the hard class
 prompts = "coding"

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from pytest_specbound.cli import main
-from pytest_specbound.roofline import COMPONENTS
+from pytest_specbound.physics.roofline import COMPONENTS
 
 SEED = ["roofline", "--hw", "a6000x2", "--model", "qwen3.6-27b", "--spec", "mtp:3"]
 

@@ -1,8 +1,8 @@
 import pytest
 
-from pytest_specbound.allreduce import allreduce_us
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.hardware import (
+from pytest_specbound.physics.allreduce import allreduce_us
+from pytest_specbound.physics.hardware import (
     builtin_catalog,
     detect_hardware,
     parse_hardware,
@@ -155,7 +155,7 @@ def test_detect_without_driver_is_one_line():
 
 
 def test_cpu_profile_uses_override(monkeypatch, tmp_path):
-    import pytest_specbound.cpu_probe as probe
+    import pytest_specbound.physics.cpu_probe as probe
 
     monkeypatch.setattr(probe, "CACHE", tmp_path / "cpu.json")
     cores = __import__("os").cpu_count()

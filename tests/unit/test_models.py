@@ -3,7 +3,7 @@ import json
 import pytest
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.models import catalog, load_model
+from pytest_specbound.physics.models import catalog, load_model
 
 REQUIRED = ["llama-2-7b", "llama-2-70b", "llama-3.1-8b", "llama-3.3-70b", "qwen3-8b",
             "qwen3-30b-a3b", "deepseek-r1", "qwen3.6-27b"]
@@ -19,7 +19,7 @@ def test_catalog_entries_have_sources():
                                                 ("qwen3-30b-a3b", 30.5), ("deepseek-r1", 671)])
 def test_parameter_counts_match_published_sizes(name, params_b):
     m = load_model(name)
-    from pytest_specbound.dtypes import bytes_per_param
+    from pytest_specbound.physics.dtypes import bytes_per_param
 
     assert m.weight_bytes / bytes_per_param(m.dtype) / 1e9 == pytest.approx(params_b, rel=0.02)
 
@@ -122,7 +122,7 @@ def test_safetensors_index_gives_exact_bytes(tmp_path):
 
 def test_gguf_exact_bytes(tmp_path):
     pytest.importorskip("gguf")
-    from pytest_specbound.gguf_writer import write_llama_gguf
+    from pytest_specbound.physics.gguf_writer import write_llama_gguf
 
     path = write_llama_gguf(tmp_path / "m.gguf", n_layers=2, hidden=64, ffn=128, heads=4)
     m = load_model(str(path))

@@ -1,8 +1,8 @@
 import pytest
 
-from pytest_specbound.measure import Measurement
-from pytest_specbound.progress import Progress
-from pytest_specbound.records import RequestRecord
+from pytest_specbound.measure.sampler import Measurement
+from pytest_specbound.report.progress import Progress
+from pytest_specbound.serving.records import RequestRecord
 
 
 def m(n):
@@ -33,7 +33,7 @@ def test_non_tty_prints_periodic_lines():
 def test_first_line_goes_out_at_once_whatever_the_uptime(monkeypatch, uptime_s):
     """time.monotonic() counts from boot: a machine booted minutes ago must still see line one."""
     clock = iter([uptime_s, uptime_s + 1.0, uptime_s + 3601.0])
-    monkeypatch.setattr("pytest_specbound.progress.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("pytest_specbound.report.progress.time.monotonic", lambda: next(clock))
     out = []
     p = Progress(lambda text, rewrite: out.append(text), "n", False, every_s=3600)
     for n in (1, 2, 3):

@@ -2,10 +2,10 @@
 
 import pytest
 
-from pytest_specbound.hardware import parse_hardware
-from pytest_specbound.models import load_model
-from pytest_specbound.roofline import COMPONENTS, compute_roofline, expected_distinct_experts
-from pytest_specbound.speculative import parse_speculation
+from pytest_specbound.physics.hardware import parse_hardware
+from pytest_specbound.physics.models import load_model
+from pytest_specbound.physics.roofline import COMPONENTS, compute_roofline, expected_distinct_experts
+from pytest_specbound.physics.speculative import parse_speculation
 
 
 @pytest.fixture

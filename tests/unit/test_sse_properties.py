@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_specbound.stream import StreamResult, _split_events
+from pytest_specbound.serving.transport import StreamResult, _split_events
 
 EVENTS = st.lists(st.dictionaries(st.sampled_from(["text", "id", "n"]),
                                   st.one_of(st.integers(), st.text(max_size=8)), max_size=3),

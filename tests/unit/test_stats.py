@@ -2,14 +2,14 @@ import random
 
 import pytest
 
-from pytest_specbound.budget import ClassBudget
-from pytest_specbound.hardware import parse_hardware
-from pytest_specbound.models import load_model
-from pytest_specbound.records import RequestRecord
-from pytest_specbound.roofline import compute_roofline
-from pytest_specbound.simulate import run_sequential
-from pytest_specbound.speculative import parse_speculation
-from pytest_specbound.stats import bounds, look_level, look_schedule, ratio_interval, t_quantile
+from pytest_specbound.gate.budget import ClassBudget
+from pytest_specbound.gate.simulate import run_sequential
+from pytest_specbound.measure.stats import bounds, look_level, look_schedule, ratio_interval, t_quantile
+from pytest_specbound.physics.hardware import parse_hardware
+from pytest_specbound.physics.models import load_model
+from pytest_specbound.physics.roofline import compute_roofline
+from pytest_specbound.physics.speculative import parse_speculation
+from pytest_specbound.serving.records import RequestRecord
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,7 @@ def test_t_quantile_matches_published_tables(df, tail):
 @pytest.mark.parametrize("df", [2, 3, 5, 8, 13, 19])
 def test_t_quantile_inverts_the_exact_cdf_at_the_rules_levels(looks, df):
     """At every level the sequential rule uses (alpha split over its looks), CDF(q) == p."""
-    from pytest_specbound.stats import look_level, t_two_sided_mass
+    from pytest_specbound.measure.stats import look_level, t_two_sided_mass
 
     level = look_level(0.95, looks)
     p = 1 - (1 - level) / 2
@@ -127,6 +127,6 @@ def test_t_quantile_inverts_the_exact_cdf_at_the_rules_levels(looks, df):
 
 
 def test_every_look_has_two_degrees_of_freedom_at_least():
-    from pytest_specbound.stats import look_schedule
+    from pytest_specbound.measure.stats import look_schedule
 
     assert min(look_schedule(2, 20)) == 3 and look_schedule(1, 2) == [2]

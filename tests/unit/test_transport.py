@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbound.backends import get_backend
-from pytest_specbound.backends.base import Prompt
-from pytest_specbound.connect import ServerConfig, open_server
 from pytest_specbound.errors import ConfigError, RequestError, ServerError
-from pytest_specbound.measure import Sampler
-from pytest_specbound.pool import ServerPool
-from pytest_specbound.server import Server
-from pytest_specbound.stream import Endpoint, Stalled
+from pytest_specbound.gate.pool import ServerPool
+from pytest_specbound.measure.sampler import Sampler
+from pytest_specbound.serving.backends import get_backend
+from pytest_specbound.serving.backends.base import Prompt
+from pytest_specbound.serving.connect import ServerConfig, open_server
+from pytest_specbound.serving.server import Server
+from pytest_specbound.serving.transport import Endpoint, Stalled
 from tests.servers.fake import FakeServer, Script
 from tests.servers.proxy import ForwardProxy
 
@@ -108,7 +108,7 @@ def test_an_unresolvable_host_fails_fast_naming_the_url(tmp_path):
 
 
 def test_a_refused_connection_is_waited_for_with_lines(tmp_path, monkeypatch):
-    monkeypatch.setattr("pytest_specbound.server.SAY_EVERY_S", 0.5)
+    monkeypatch.setattr("pytest_specbound.serving.server.SAY_EVERY_S", 0.5)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening: connections are refused

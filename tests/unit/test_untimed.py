@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_specbound.backends import get_backend
-from pytest_specbound.measure import FixedCount, Sampler, Stop, measure, untimed_reason
-from pytest_specbound.prompts import load_prompts
-from pytest_specbound.records import RequestRecord
-from pytest_specbound.stream import Endpoint
+from pytest_specbound.measure.prompts import load_prompts
+from pytest_specbound.measure.sampler import FixedCount, Sampler, Stop, measure, untimed_reason
+from pytest_specbound.serving.backends import get_backend
+from pytest_specbound.serving.records import RequestRecord
+from pytest_specbound.serving.transport import Endpoint
 from tests.servers.fake import FakeServer, Script
 
 
@@ -39,12 +39,12 @@ def test_a_server_that_bursts_gets_its_own_clock_used_and_named():
 
 
 def test_untimeable_requests_are_retried_then_the_class_is_an_error():
-    from pytest_specbound.budget import ClassBudget
-    from pytest_specbound.hardware import parse_hardware
-    from pytest_specbound.models import load_model
-    from pytest_specbound.roofline import compute_roofline
-    from pytest_specbound.speculative import parse_speculation
-    from pytest_specbound.verdict import judge
+    from pytest_specbound.gate.budget import ClassBudget
+    from pytest_specbound.gate.verdict import judge
+    from pytest_specbound.physics.hardware import parse_hardware
+    from pytest_specbound.physics.models import load_model
+    from pytest_specbound.physics.roofline import compute_roofline
+    from pytest_specbound.physics.speculative import parse_speculation
 
     with FakeServer("vllm", Script(burst=True)) as srv:  # no per-request decode time
         m = measure(Sampler(Endpoint(srv.url), get_backend("vllm"), max_accept=4),

@@ -2,14 +2,14 @@
 
 import pytest
 
-from pytest_specbound.budget import ClassBudget
-from pytest_specbound.hardware import parse_hardware
-from pytest_specbound.measure import Measurement
-from pytest_specbound.models import load_model
-from pytest_specbound.records import RequestRecord
-from pytest_specbound.roofline import compute_roofline
-from pytest_specbound.speculative import parse_speculation
-from pytest_specbound.verdict import judge
+from pytest_specbound.gate.budget import ClassBudget
+from pytest_specbound.gate.verdict import judge
+from pytest_specbound.measure.sampler import Measurement
+from pytest_specbound.physics.hardware import parse_hardware
+from pytest_specbound.physics.models import load_model
+from pytest_specbound.physics.roofline import compute_roofline
+from pytest_specbound.physics.speculative import parse_speculation
+from pytest_specbound.serving.records import RequestRecord
 
 
 @pytest.fixture(scope="module")

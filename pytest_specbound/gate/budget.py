@@ -1,0 +1,327 @@
+"""Budget TOML files -> frozen dataclasses; every error names file, line (where known) and key."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from pytest_specbound._toml import key_line, loads_toml
+from pytest_specbound.errors import ConfigError
+from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
+from pytest_specbound.physics.speculative import METHODS, Speculation, parse_speculation
+from pytest_specbound.serving.backends import BACKENDS
+from pytest_specbound.serving.connect import DEFAULT_READY_TIMEOUT_S, ServerConfig
+
+TOP_KEYS = {"model", "speculative", "server", "classes", "hardware", "roofline"}
+MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
+SPEC_KEYS = {"method", "steps", "draft_tokens", "draft_model", "draft_dtype"}
+SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", "api_key_env",
+               "host", "port", "env", "cwd", "model_id", "check_model", "ca_bundle"}
+ROOFLINE_KEYS = {"context", "overhead_ms", "batch"}
+CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
+              "samples", "warmup"}
+
+
+@dataclass(frozen=True)
+class ClassBudget:
+    """Thresholds for one prompt class."""
+
+    name: str
+    prompts: str
+    max_tokens: int
+    accept: tuple[float, float] | None = None
+    min_efficiency: float | None = None
+    min_tok_s: float | None = None
+    max_ttft_ms: float | None = None
+    samples: int | None = None
+    warmup: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    spec: str  # catalog name, config.json path or .gguf path (placeholders filled in later)
+    dtype: str | None = None
+    served_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    path: Path
+    model: ModelRef
+    speculation: Speculation
+    draft_model: ModelRef | None
+    server: ServerConfig
+    classes: dict[str, ClassBudget]
+    hardware: dict[str, dict[str, Any]] = field(default_factory=dict)
+    context: int = 500
+    overhead_ms: float = 0.5
+    batch: int = 1
+    sha256: str = ""
+    server_origin: str = "[server]"  # where the server settings were written, for errors
+
+    @property
+    def check_model(self) -> bool:
+        return self.server.check_model
+
+    def for_hardware(self, label: str) -> Budget:
+        """Apply ``[hardware.LABEL]`` overrides of server and class fields."""
+        over = self.hardware.get(label.lower())
+        if not over:
+            return self
+        server = self.server
+        if "server" in over:
+            server = replace(server, **over["server"])
+        classes = dict(self.classes)
+        for name, values in (over.get("classes") or {}).items():
+            classes[name] = replace(classes[name], **_class_fields(values))
+        return replace(self, server=server, classes=classes)
+
+
+class _Where:
+    """Builds one-line errors that point at the file, line and key."""
+
+    def __init__(self, path: Path, text: str, display: str | None = None) -> None:
+        self.path, self.text = path, text
+        self.display = display or str(path)
+
+    def name(self, table: str | None, key: str) -> str:
+        """Where ``table.key`` was written, as a user would look for it."""
+        line = key_line(self.text, key, table)
+        where = f"{self.display}:{line}" if line else self.display
+        dotted = f"{table}.{key}" if table and key else (table or key)
+        return f"{where}: {dotted}"
+
+    def error(self, table: str | None, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.name(table, key)}: {message}")
+
+    def check_keys(self, table: str, data: dict[str, Any], valid: set[str]) -> None:
+        for key in data:
+            if key not in valid:
+                raise self.error(table, key, f"unknown key; valid: {', '.join(sorted(valid))}")
+
+    def table(self, data: dict[str, Any], name: str, required: bool = True) -> dict[str, Any]:
+        value = data.get(name)
+        if value is None:
+            if required:
+                raise self.error(None, "", f"missing table [{name}]")
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(None, name, "must be a table")
+        return value
+
+    def number(self, table: str, data: dict[str, Any], key: str, *, integer: bool = False,
+               low: float | None = None, high: float | None = None) -> Any:
+        if key not in data:
+            return None
+        value = data[key]
+        kinds = (int,) if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            kind = "an integer" if integer else "a number"
+            raise self.error(table, key, f"must be {kind}, got {value!r}")
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
+            raise self.error(table, key, f"{value} is outside {bounds}")
+        return value
+
+    def string(self, table: str, data: dict[str, Any], key: str) -> str | None:
+        if key not in data:
+            return None
+        if not isinstance(data[key], str) or not data[key]:
+            raise self.error(table, key, f"must be a non-empty string, got {data[key]!r}")
+        return str(data[key])
+
+
+def _server_fields(values: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in values.items() if k in {f.name for f in fields(ServerConfig)}}
+    if "env" in out:
+        out["env"] = tuple(sorted((str(k), str(v)) for k, v in out["env"].items()))
+    return out
+
+
+def _class_fields(values: dict[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    if "accept" in out:
+        out["accept"] = tuple(out["accept"])
+    return out
+
+
+def load_budget(path: str | Path, display: str | None = None) -> Budget:
+    """Parse and validate a budget file; errors name it as ``display`` (default: the path)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    text = raw.decode("utf-8", "replace")
+    name = display or str(p)
+    return parse_budget(loads_toml(text, name), p, text, hashlib.sha256(raw).hexdigest(), name)
+
+
+def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = "",
+                 display: str | None = None, where: _Where | None = None,
+                 require_server: bool = True) -> Budget:
+    """Validate budget tables (from a file, or from a marker's keywords through ``where``)."""
+    w = where or _Where(p, text, display)
+    for key in data:
+        if key not in TOP_KEYS:
+            raise w.error(None, key, f"unknown table; valid: {', '.join(sorted(TOP_KEYS))}")
+
+    model_t = w.table(data, "model")
+    w.check_keys("model", model_t, MODEL_KEYS)
+    given = [k for k in ("name", "config", "gguf") if k in model_t]
+    if len(given) != 1:
+        raise w.error("model", "", "give exactly one of name, config, gguf")
+    model = ModelRef(w.string("model", model_t, given[0]) or "",
+                     w.string("model", model_t, "dtype"), w.string("model", model_t, "served_name"))
+    if model.dtype:
+        from pytest_specbound.physics.dtypes import canonical_dtype
+
+        try:
+            canonical_dtype(model.dtype)
+        except ConfigError as exc:
+            raise w.error("model", "dtype", str(exc).split(": ", 1)[1]) from None
+
+    spec_t = w.table(data, "speculative", required=False)
+    w.check_keys("speculative", spec_t, SPEC_KEYS)
+    method = w.string("speculative", spec_t, "method") or "none"
+    if method not in METHODS:
+        raise w.error("speculative", "method", f"unknown method '{method}'; valid: "
+                      f"{', '.join(METHODS)}")
+    steps = w.number("speculative", spec_t, "steps", integer=True, low=1)
+    tokens = w.number("speculative", spec_t, "draft_tokens", integer=True, low=1)
+    try:
+        speculation = parse_speculation(method, steps, tokens, origin="speculative.method")
+    except ConfigError as exc:
+        raise w.error("speculative", "draft_tokens", str(exc)) from None
+    draft_spec = w.string("speculative", spec_t, "draft_model")
+    draft = ModelRef(draft_spec, w.string("speculative", spec_t, "draft_dtype")) if draft_spec else None
+    if draft is None and "draft_dtype" in spec_t:
+        raise w.error("speculative", "draft_dtype", "needs a draft_model to apply to")
+    if method == "draft" and draft is None:
+        raise w.error("speculative", "draft_model", "method 'draft' needs a draft_model")
+
+    server_t = w.table(data, "server", required=require_server)
+    server = _parse_server(w, "server", server_t, require_target=False)
+
+    roof_t = w.table(data, "roofline", required=False)
+    w.check_keys("roofline", roof_t, ROOFLINE_KEYS)
+
+    classes_t = w.table(data, "classes")
+    if not classes_t:
+        raise w.error(None, "classes", "needs at least one [classes.NAME] table")
+    classes = {name: _parse_class(w, name, values) for name, values in classes_t.items()}
+
+    hardware: dict[str, dict[str, Any]] = {}
+    for label, over in w.table(data, "hardware", required=False).items():
+        table = f"hardware.{label}"
+        if not isinstance(over, dict):
+            raise w.error(None, label, "must be a table")
+        w.check_keys(table, over, {"server", "classes"})
+        if "server" in over:
+            hw_server = _parse_server(w, f"{table}.server", over["server"], require_target=False)
+            over = {**over, "server": {f.name: getattr(hw_server, f.name) for f in fields(ServerConfig)
+                                       if f.name in over["server"] or
+                                       (f.name == "origin" and "url" in over["server"])}}
+        for name, values in (over.get("classes") or {}).items():
+            if name not in classes:
+                raise w.error(f"{table}.classes", name,
+                              f"unknown class; the budget has {', '.join(classes)}")
+            base = classes[name]
+            _parse_class(w, f"{table}.classes.{name}", {"prompts": base.prompts, **values},
+                         label=name)
+        hardware[label.lower()] = over
+
+    return Budget(
+        path=p,
+        model=model,
+        speculation=speculation,
+        draft_model=draft,
+        server=server,
+        classes=classes,
+        hardware=hardware,
+        context=int(_default(w.number("roofline", roof_t, "context", integer=True, low=0), 500)),
+        overhead_ms=_default(w.number("roofline", roof_t, "overhead_ms", low=0), 0.5),
+        batch=int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1)),
+        sha256=sha256,
+        server_origin=w.name("server", ""),
+    )
+
+
+def _default(value: Any, default: float) -> float:
+    return float(default if value is None else value)
+
+
+def _parse_server(w: _Where, table: str, t: Any, require_target: bool) -> ServerConfig:
+    if not isinstance(t, dict):
+        raise w.error(None, table, "must be a table")
+    w.check_keys(table, t, SERVER_KEYS)
+    backend = w.string(table, t, "backend") or "auto"
+    if backend not in BACKENDS:
+        raise w.error(table, "backend", f"unknown backend '{backend}'; valid: {', '.join(BACKENDS)}")
+    if "launch" in t and "url" in t:
+        raise w.error(table, "url", "give launch or url, not both")
+    for key in ("launch", "url", "api_key_env", "host", "cwd", "model_id", "ca_bundle"):
+        w.string(table, t, key)
+    if "url" in t:
+        from pytest_specbound.serving.urls import split_url
+
+        try:
+            split_url(t["url"], w.name(table, "url"))
+        except ConfigError as exc:
+            raise ConfigError(str(exc)) from None
+    w.number(table, t, "ready_timeout_s", low=1)
+    w.number(table, t, "read_timeout_s", low=0.1)
+    w.number(table, t, "port", integer=True, low=1, high=65535)
+    if "env" in t and not isinstance(t["env"], dict):
+        raise w.error(table, "env", "must be a table of strings")
+    if "check_model" in t and not isinstance(t["check_model"], bool):
+        raise w.error(table, "check_model", "must be true or false")
+    values = _server_fields(t)
+    values.setdefault("ready_timeout_s", DEFAULT_READY_TIMEOUT_S)
+    if "ca_bundle" in values and not Path(values["ca_bundle"]).is_absolute():
+        values["ca_bundle"] = str(w.path.parent / values["ca_bundle"])
+    if "url" in values:
+        values["origin"] = w.name(table, "url")
+    return ServerConfig(**values)
+
+
+def _parse_class(w: _Where, table_name: str, t: Any, label: str | None = None) -> ClassBudget:
+    table = table_name if "." in table_name else f"classes.{table_name}"
+    name = label or table_name
+    if not isinstance(t, dict):
+        raise w.error(None, name, "must be a table")
+    w.check_keys(table, t, CLASS_KEYS)
+    prompts = w.string(table, t, "prompts") or name
+    if prompts not in BUILTIN and not prompts.endswith(".jsonl"):
+        raise w.error(table, "prompts", f"unknown prompt set '{prompts}'; valid: "
+                      f"{', '.join(BUILTIN)} or a .jsonl file")
+    if prompts.endswith(".jsonl"):
+        resolved = (w.path.parent / prompts)
+        if not resolved.is_file():
+            raise w.error(table, "prompts", f"no such file: {resolved}")
+        prompts = str(resolved)
+    accept = t.get("accept")
+    band: tuple[float, float] | None = None
+    if accept is not None:
+        if (not isinstance(accept, list) or len(accept) != 2
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in accept)):
+            raise w.error(table, "accept", f"must be [low, high], got {accept!r}")
+        if accept[0] > accept[1]:
+            raise w.error(table, "accept", f"reversed band [{accept[0]}, {accept[1]}]: low > high")
+        if accept[0] < 1:
+            raise w.error(table, "accept", "accept length counts the bonus token: low must be >= 1")
+        band = (float(accept[0]), float(accept[1]))
+    return ClassBudget(
+        name=name,
+        prompts=prompts,
+        max_tokens=w.number(table, t, "max_tokens", integer=True, low=1)
+        or default_max_tokens(prompts),
+        accept=band,
+        min_efficiency=w.number(table, t, "min_efficiency", low=0, high=1),
+        min_tok_s=w.number(table, t, "min_tok_s", low=0),
+        max_ttft_ms=w.number(table, t, "max_ttft_ms", low=0),
+        samples=w.number(table, t, "samples", integer=True, low=1),
+        warmup=w.number(table, t, "warmup", integer=True, low=0),
+    )

@@ -1,0 +1,181 @@
+"""Run settings, validated once: command line > environment > ini. (Markers override per test.)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_specbound.errors import ConfigError
+
+INCONCLUSIVE = ("fail", "pass", "skip")
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # dest, e.g. "specbound_hw"
+    flag: str
+    env: str | None
+    help: str
+    default: str | None = None
+
+
+OPTIONS = (
+    Option("specbound_hw", "--specbound-hw", "SPECBOUND_HW",
+           "hardware: catalog NAME[xN] (a6000x2, h100x8), cpu, or auto (NVML)"),
+    Option("specbound_url", "--specbound-url", "SPECBOUND_URL",
+           "attach to a running server instead of launching the budget's command"),
+    Option("specbound_launch", "--specbound-launch", "SPECBOUND_LAUNCH",
+           "launch command overriding the budgets' ({host}, {port} filled in)"),
+    Option("specbound_ca_bundle", "--specbound-ca-bundle", "SPECBOUND_CA_BUNDLE",
+           "CA bundle for https servers (default: REQUESTS_CA_BUNDLE, SSL_CERT_FILE, certifi)"),
+    Option("specbound_backend", "--specbound-backend", "SPECBOUND_BACKEND",
+           "backend for --specbound-url (default: the budget's, else auto)"),
+    Option("specbound_json", "--specbound-json", "SPECBOUND_JSON", "write results JSON here"),
+    Option("specbound_benchmark_json", "--specbound-benchmark-json", None,
+           "write a pytest-benchmark compatible JSON here"),
+    Option("specbound_plot", "--specbound-plot", None, "write a tok/s vs accept plot (PNG) here"),
+    Option("specbound_log_dir", "--specbound-log-dir", "SPECBOUND_LOG_DIR",
+           "server logs go here", ".specbound/logs"),
+    Option("specbound_samples", "--specbound-samples", "SPECBOUND_SAMPLES",
+           "most measured requests per class", "20"),
+    Option("specbound_min_samples", "--specbound-min-samples", None,
+           "fewest measured requests per class before a verdict", "4"),
+    Option("specbound_warmup", "--specbound-warmup", None, "uncounted requests per class", "1"),
+    Option("specbound_max_seconds", "--specbound-max-seconds", "SPECBOUND_MAX_SECONDS",
+           "time budget per class in seconds", "600"),
+    Option("specbound_confidence", "--specbound-confidence", "SPECBOUND_CONFIDENCE",
+           "confidence level of the verdict intervals", "0.95"),
+    Option("specbound_inconclusive", "--specbound-inconclusive", None,
+           "what an inconclusive verdict counts as: fail, pass or skip", "fail"),
+    Option("specbound_budgets", "--specbound-budgets", None,
+           "where budget files are collected from (ini: specbound_budgets)", "budgets"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    hw: str | None
+    url: str | None
+    url_origin: str
+    ca_bundle: str | None
+    launch: str | None
+    backend: str | None
+    json_path: Path | None
+    benchmark_json: Path | None
+    plot: Path | None
+    log_dir: Path
+    samples: int
+    min_samples: int
+    warmup: int
+    max_seconds: float
+    confidence: float
+    inconclusive: str
+    budgets: tuple[str, ...]
+
+
+def _int(flag: str, text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{flag}={text}: expected a whole number >= {low}") from None
+    if value < low:
+        raise ConfigError(f"{flag}={text}: expected a whole number >= {low}")
+    return value
+
+
+def _float(flag: str, text: str, low: float, high: float | None = None, open_low: bool = False) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    bad = value != value or (value <= low if open_low else value < low) or (
+        high is not None and value >= high)
+    if bad:
+        rng = f"({low:g}, {high:g})" if high is not None else f"> {low:g}"
+        raise ConfigError(f"{flag}={text}: expected a number in {rng}")
+    return value
+
+
+def _existing_file(flag: str, text: str | None) -> str | None:
+    if text and not Path(text).is_file():
+        raise ConfigError(f"{flag}={text}: no such file")
+    return text or None
+
+
+def resolve(
+    cli: Mapping[str, Any], env: Mapping[str, str], ini: Callable[[str], Any]
+) -> Settings:
+    """Merge sources (CLI > env > ini > default) and validate every value."""
+    raw: dict[str, tuple[Any, str]] = {}
+    for opt in OPTIONS:
+        value, source = cli.get(opt.name), opt.flag
+        if value is None and opt.env and env.get(opt.env):
+            value, source = env[opt.env], f"{opt.env} (environment)"
+        if value is None:
+            ini_value = ini(opt.name)
+            if ini_value not in (None, "", []):
+                value, source = ini_value, f"{opt.name} (ini)"
+        if value is None:
+            value = opt.default
+        raw[opt.name] = (value, source)
+
+    def text(name: str) -> str | None:
+        v = raw[name][0]
+        return None if v is None else (" ".join(v) if isinstance(v, list) else str(v))
+
+    def origin(name: str) -> str:
+        return raw[name][1]
+
+    inconclusive = text("specbound_inconclusive") or "fail"
+    if inconclusive not in INCONCLUSIVE:
+        raise ConfigError(f"{origin('specbound_inconclusive')}={inconclusive}: valid: "
+                          f"{', '.join(INCONCLUSIVE)}")
+    backend = text("specbound_backend")
+    if backend:
+        from pytest_specbound.serving.backends import BACKENDS
+
+        if backend not in BACKENDS:
+            raise ConfigError(f"{origin('specbound_backend')}={backend}: unknown backend; valid: "
+                              f"{', '.join(BACKENDS)}")
+    url = text("specbound_url")
+    if url:
+        from pytest_specbound.serving.urls import split_url
+
+        split_url(url, origin("specbound_url"))
+    hw = text("specbound_hw")
+    if hw is not None and not hw.strip():
+        raise ConfigError(f"{origin('specbound_hw')}: empty; e.g. a6000x2, h100x8, cpu, auto")
+    budgets_raw = raw["specbound_budgets"][0]
+    budgets = tuple(budgets_raw) if isinstance(budgets_raw, list) else tuple(
+        str(budgets_raw or "budgets").split())
+    samples = _int(origin("specbound_samples"), text("specbound_samples") or "20", 1)
+    # three requests at least: with two, one degree of freedom makes every interval useless
+    min_samples = _int(origin("specbound_min_samples"), text("specbound_min_samples") or "4", 3)
+
+    def path(name: str) -> Path | None:
+        value = text(name)
+        return Path(value) if value else None
+
+    return Settings(
+        hw=hw.strip() if hw else None,
+        url=url,
+        url_origin=origin("specbound_url"),
+        ca_bundle=_existing_file(origin("specbound_ca_bundle"), text("specbound_ca_bundle")),
+        launch=text("specbound_launch"),
+        backend=backend,
+        json_path=path("specbound_json"),
+        benchmark_json=path("specbound_benchmark_json"),
+        plot=path("specbound_plot"),
+        log_dir=Path(text("specbound_log_dir") or ".specbound/logs"),
+        samples=samples,
+        min_samples=min(min_samples, max(samples, 3)),
+        warmup=_int(origin("specbound_warmup"), text("specbound_warmup") or "1", 0),
+        max_seconds=_float(origin("specbound_max_seconds"), text("specbound_max_seconds") or "600",
+                           0, open_low=True),
+        confidence=_float(origin("specbound_confidence"), text("specbound_confidence") or "0.95",
+                          0, 1, open_low=True),
+        inconclusive=inconclusive,
+        budgets=budgets,
+    )

@@ -1,0 +1,148 @@
+"""Measurement x class budget x roofline -> a verdict that says which part moved."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_specbound.gate.budget import ClassBudget
+from pytest_specbound.measure.sampler import Measurement, Stop
+from pytest_specbound.physics.render import one_line
+from pytest_specbound.physics.roofline import Roofline
+
+STATUSES = ("pass", "fail", "error", "skip", "inconclusive")
+
+
+@dataclass
+class Verdict:
+    status: str
+    lines: list[str] = field(default_factory=list)  # the failure text, one finding per line
+    reasons: list[str] = field(default_factory=list)  # machine-readable codes
+    diagnosis: str = "none"  # drafter | system | both | none
+    roofline_tok_s: float | None = None
+    floor_tok_s: float | None = None
+    efficiency: float | None = None
+    round_ms: float | None = None
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.status, "reasons": self.reasons, "diagnosis": self.diagnosis,
+                "text": self.lines, "roofline_tok_s": self.roofline_tok_s,
+                "floor_tok_s": self.floor_tok_s, "efficiency": self.efficiency,
+                "measured_round_ms": self.round_ms}
+
+
+def _band(b: tuple[float, float]) -> str:
+    return f"[{b[0]:g}, {b[1]:g}]"
+
+
+def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
+          bounds: dict[str, tuple[float, float]] | None = None) -> Verdict:
+    """Compare ``m`` with ``budget``; ``bounds`` (optional) are confidence intervals per metric.
+
+    With bounds, a threshold fails only when the whole interval is on the wrong side, passes
+    only when the whole interval is on the right side, and is ``inconclusive`` otherwise.
+    """
+    if m.failures:
+        first = m.failures[0].error
+        return Verdict("error", [f"{len(m.failures)} of {len(m.records)} requests failed: {first}"],
+                       ["request_failed"])
+    if m.stop is Stop.UNTIMED:
+        return Verdict("error", [f"{len(m.untimed)} of {len(m.records) + len(m.untimed)} requests "
+                                 f"could not be timed (more than the allowance of {m.max_untimed}):"
+                                 f" {m.untimed[0].untimed}"], ["untimed"])
+    accept, tok_s = m.accept_length, m.decode_tok_s
+    if tok_s is None:
+        return Verdict("error", ["no decode time measured (no request produced 2+ tokens)"],
+                       ["no_data"])
+    if accept is None:
+        accept = 1.0 if roof.spec.method == "none" else None
+    if accept is None:
+        return Verdict("error", ["the server reported no accept statistics and the stream gave "
+                                 "no estimate"], ["no_accept"])
+    accept_capped = min(accept, float(roof.max_accept))
+    roof_tok_s = roof.tok_s(accept_capped)
+    efficiency = tok_s / roof_tok_s
+    round_ms = accept / tok_s * 1e3
+    v = Verdict("pass", roofline_tok_s=roof_tok_s, efficiency=efficiency, round_ms=round_ms)
+    floor = budget.min_efficiency * roof_tok_s if budget.min_efficiency is not None else None
+    if budget.min_tok_s is not None:
+        floor = max(floor or 0.0, budget.min_tok_s)
+    v.floor_tok_s = floor
+    b = bounds or {}
+    undecided: list[str] = []
+
+    def side(metric: str, value: float, low: float | None, high: float | None) -> str:
+        """'ok', 'bad' or 'unsure' for value (and its interval) against [low, high]."""
+        lo_v, hi_v = b.get(metric, (value, value))
+        if (low is not None and hi_v < low) or (high is not None and lo_v > high):
+            return "bad"
+        if (low is None or lo_v >= low) and (high is None or hi_v <= high):
+            return "ok"
+        return "unsure"
+
+    drafter = system = False
+    if budget.accept is not None:
+        s = side("accept_length", accept, *budget.accept)
+        where = ("below" if accept < budget.accept[0] else "above")
+        if s == "bad":
+            drafter = True
+            v.reasons.append(f"accept_{where}_band")
+            v.lines.append(f"accept {accept:.2f} is {where} its band {_band(budget.accept)}: "
+                           "the drafter (or the prompts) changed")
+        elif s == "unsure":
+            undecided.append(f"accept {accept:.2f} vs band {_band(budget.accept)}")
+    if budget.min_efficiency is not None:
+        s = side("efficiency", efficiency, budget.min_efficiency, None)
+        if s == "bad":
+            system = True
+            v.reasons.append("efficiency_below_min")
+            v.lines.append(
+                f"decode {tok_s:.1f} tok/s < floor {budget.min_efficiency * roof_tok_s:.1f} tok/s "
+                f"({budget.min_efficiency:.2f} x roofline {roof_tok_s:.1f} at accept {accept:.2f})")
+            in_band = (f"; accept {accept:.2f} is inside {_band(budget.accept)}"
+                       if budget.accept is not None and not drafter else "")
+            v.lines.append(f"per round {round_ms:.1f} ms vs roofline {roof.round_ms:.1f} ms: "
+                           f"the system slowed down{in_band}")
+        elif s == "unsure":
+            undecided.append(f"efficiency {efficiency:.2f} vs min {budget.min_efficiency:.2f}")
+    if budget.min_tok_s is not None:
+        s = side("decode_tok_s", tok_s, budget.min_tok_s, None)
+        if s == "bad":
+            system = True
+            v.reasons.append("tok_s_below_min")
+            v.lines.append(f"decode {tok_s:.1f} tok/s < min_tok_s {budget.min_tok_s:g}")
+        elif s == "unsure":
+            undecided.append(f"decode {tok_s:.1f} tok/s vs min {budget.min_tok_s:g}")
+    ttft = m.ttft_ms()["median"]
+    if budget.max_ttft_ms is not None and ttft is not None and ttft > budget.max_ttft_ms:
+        system = True
+        v.reasons.append("ttft_above_max")
+        v.lines.append(f"TTFT median {ttft:.0f} ms > max_ttft_ms {budget.max_ttft_ms:g}")
+    if drafter and budget.min_efficiency is not None and not system:
+        v.lines.append(f"efficiency {efficiency:.2f} >= {budget.min_efficiency:.2f} is still fine: "
+                       "the system did not slow down")
+    v.diagnosis = "both" if drafter and system else "drafter" if drafter else \
+        "system" if system else "none"
+    if drafter or system:
+        v.status = "fail"
+    elif undecided:
+        v.status = "inconclusive"
+        v.reasons.append("inconclusive")
+        v.lines.append("inconclusive at the sample budget: " + "; ".join(undecided))
+    if m.accept_source == "estimate":
+        v.reasons.append("accept_estimated")
+        v.lines.append("note: accept length is an estimate from stream timing (the server "
+                       "exposes no accept statistics)")
+    for code, note in (("clock_disagreement", m.clock_note()),
+                       ("server_clock_used", m.server_clock_note()),
+                       ("untimed_retried", m.untimed_note())):
+        if note:
+            v.reasons.append(code)
+            v.lines.append("note: " + note)
+    if v.status != "pass":
+        v.lines.append("roofline: " + one_line(roof))
+    return v

@@ -1,0 +1,38 @@
+"""The CPU demo: generated GGUF models for ``{demo_gguf}`` / ``{demo_draft_gguf}`` placeholders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_specbound.errors import ConfigError
+
+DEMO_DIR = Path(".specbound") / "demo"
+# The target is larger than a CPU's last-level cache, so decode is memory-bound as on a GPU.
+TARGET = {"n_layers": 8, "hidden": 1024, "ffn": 2816, "heads": 8, "seed": 2}
+DRAFT = {"n_layers": 1, "hidden": 128, "ffn": 256, "heads": 2, "seed": 1}
+
+
+def demo_models(root: Path | None = None) -> dict[str, str]:
+    """Write the demo target and draft models once (cached) and return placeholder values."""
+    base = (root or Path.cwd()) / DEMO_DIR
+    try:
+        from pytest_specbound.physics.gguf_writer import write_llama_gguf
+    except ImportError:  # pragma: no cover - gguf_writer imports lazily
+        raise ConfigError("the demo models need the gguf package") from None
+    out = {}
+    for key, name, geometry in (("demo_gguf", "target.gguf", TARGET),
+                                ("demo_draft_gguf", "draft.gguf", DRAFT)):
+        path = base / name
+        if not path.is_file():
+            base.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            try:
+                write_llama_gguf(tmp, **geometry)  # type: ignore[arg-type]
+            except ImportError:
+                raise ConfigError(
+                    "{demo_gguf}: generating the demo model needs gguf and numpy: "
+                    "pip install 'pytest-specbound[llamacpp]'"
+                ) from None
+            tmp.replace(path)
+        out[key] = str(path)
+    return out

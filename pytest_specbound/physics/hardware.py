@@ -1,0 +1,205 @@
+"""Hardware: the catalog, ``NAME[xN]`` strings, this host (``cpu``) and NVML detection (``auto``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pytest_specbound._toml import load_toml, loads_toml
+from pytest_specbound.errors import ConfigError, close_matches
+from pytest_specbound.physics.allreduce import LINKS
+
+CATALOG_PATH = "pytest_specbound/data/hardware.toml"
+_SPEC = re.compile(r"^(?P<name>.+?)(?:x(?P<count>\d+))?$")
+_NUMBER_KEYS = ("bandwidth_gbs", "memory_gb", "bf16_tflops", "fp8_tflops", "fp4_tflops",
+                "link_gbs")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator type times ``count`` (the tensor-parallel degree)."""
+
+    name: str
+    title: str
+    count: int
+    bandwidth_gbs: float
+    memory_gb: float
+    bf16_tflops: float
+    link: str
+    link_gbs: float
+    source: str
+    fp8_tflops: float = 0.0
+    fp4_tflops: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.count == 1 else f"{self.name}x{self.count}"
+
+    def tflops(self, dtype: str) -> float:
+        """Dense TFLOP/s for matmuls in ``dtype`` (fp8/fp4 where the GPU has them)."""
+        if dtype.startswith("fp4") and self.fp4_tflops:
+            return self.fp4_tflops
+        if dtype in ("fp8", "fp4", "mxfp4") and self.fp8_tflops:
+            return self.fp8_tflops
+        return self.bf16_tflops
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.label,
+            "title": self.title,
+            "count": self.count,
+            "bandwidth_gbs": self.bandwidth_gbs,
+            "memory_gb": self.memory_gb,
+            "bf16_tflops": self.bf16_tflops,
+            "link": self.link,
+            "link_gbs": self.link_gbs,
+            "source": self.source,
+            **self.extra,
+        }
+
+
+@lru_cache(maxsize=1)
+def builtin_catalog() -> dict[str, dict[str, Any]]:
+    text = resources.files("pytest_specbound").joinpath("data/hardware.toml").read_text("utf-8")
+    return loads_toml(text, CATALOG_PATH)
+
+
+def user_catalog(path: str | Path) -> dict[str, dict[str, Any]]:
+    """Hardware tables from a TOML file: ``[NAME]`` rows, or ``[tool.specbound.hardware.NAME]``."""
+    data = load_toml(path)
+    table = data.get("tool", {}).get("specbound", {}).get("hardware", data)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.specbound.hardware] must be a table")
+    return {k.lower(): _checked(v, f"{path}: hardware '{k}'") for k, v in table.items()}
+
+
+def _checked(entry: Any, where: str) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a table")
+    for key in ("bandwidth_gbs", "memory_gb", "bf16_tflops"):
+        if key not in entry:
+            raise ConfigError(f"{where}: missing key '{key}' (a number)")
+    for key in _NUMBER_KEYS:
+        if key in entry and not isinstance(entry[key], (int, float)):
+            raise ConfigError(f"{where}: key '{key}' must be a number, got {entry[key]!r}")
+    link = entry.get("link", "pcie4")
+    if link not in LINKS:
+        raise ConfigError(f"{where}: link='{link}' unknown; valid: {', '.join(LINKS)}")
+    return {"source": "user catalog", **entry}
+
+
+def _from_entry(name: str, entry: dict[str, Any], count: int) -> Hardware:
+    return Hardware(
+        name=name,
+        title=str(entry.get("title", name)),
+        count=count,
+        bandwidth_gbs=float(entry["bandwidth_gbs"]),
+        memory_gb=float(entry["memory_gb"]),
+        bf16_tflops=float(entry["bf16_tflops"]),
+        fp8_tflops=float(entry.get("fp8_tflops", 0.0)),
+        fp4_tflops=float(entry.get("fp4_tflops", 0.0)),
+        link=str(entry.get("link", "pcie4")) if count > 1 else "none",
+        link_gbs=float(entry.get("link_gbs", 32)),
+        source=str(entry["source"]),
+    )
+
+
+def _lookup(name: str, table: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+    for canonical, entry in table.items():
+        if name == canonical or name in [a.lower() for a in entry.get("aliases", [])]:
+            return canonical, entry
+    return None
+
+
+def parse_hardware(
+    spec: str, extra: dict[str, dict[str, Any]] | None = None, origin: str = "--hw"
+) -> Hardware:
+    """Resolve ``a6000x2``, ``h100-sxmx8``, ``cpu`` or ``auto`` to a :class:`Hardware`."""
+    text = spec.strip().lower()
+    if not text:
+        raise ConfigError(f"{origin}: empty hardware string; e.g. a6000x2, h100x8, cpu, auto")
+    table = {**builtin_catalog(), **(extra or {})}
+    match = _SPEC.match(text)
+    assert match is not None  # the pattern matches any non-empty string
+    name, count_text = match.group("name"), match.group("count")
+    found = _lookup(text, table) or (_lookup(name, table) if count_text else None)
+    count = int(count_text) if count_text and not _lookup(text, table) else 1
+    if count < 1:
+        raise ConfigError(f"{origin}={spec}: GPU count must be at least 1")
+    if name in ("cpu", "auto") or text in ("cpu", "auto"):
+        base = detect_hardware() if name == "auto" else cpu_hardware()
+        return base if count == 1 else replace(base, count=count)
+    if not found:
+        names = sorted(table)
+        raise ConfigError(
+            f"{origin}={spec}: unknown hardware '{name}'; did you mean "
+            f"{', '.join(close_matches(name, names, 3))}? known: {', '.join(names)}, cpu, auto "
+            f"(catalog: {CATALOG_PATH}; add your own under [tool.specbound.hardware.NAME])"
+        )
+    canonical, entry = found
+    return _from_entry(canonical, entry, count)
+
+
+def cpu_hardware() -> Hardware:
+    """This host, measured: memory bandwidth by a short probe, cores counted."""
+    from pytest_specbound.physics.cpu_probe import probe_cpu
+
+    probe = probe_cpu()
+    return Hardware(
+        name="cpu",
+        title=f"this host's CPU ({probe['cores']} cores)",
+        count=1,
+        bandwidth_gbs=float(probe["bandwidth_gbs"]),
+        memory_gb=0.0,
+        bf16_tflops=float(probe["fp32_tflops"]),
+        link="none",
+        link_gbs=0.0,
+        source=str(probe["source"]),
+        extra={"cores": probe["cores"]},
+    )
+
+
+def detect_hardware(nvml: Any = None) -> Hardware:
+    """GPUs seen through NVML, matched to the catalog by name; unknown GPUs from clocks."""
+    from pytest_specbound.physics.nvml import detect
+
+    gpu = detect(nvml)
+    for canonical, entry in builtin_catalog().items():
+        if gpu.name in entry.get("nvml_names", []):
+            hw = _from_entry(canonical, entry, gpu.count)
+            if gpu.count > 1 and not gpu.nvlink and hw.link.startswith("nvlink"):
+                hw = replace(hw, link="pcie4", link_gbs=32.0)
+            return replace(hw, extra={"detected": gpu.name})
+    return Hardware(
+        name=re.sub(r"[^a-z0-9]+", "-", gpu.name.lower()).strip("-"),
+        title=gpu.name,
+        count=gpu.count,
+        bandwidth_gbs=gpu.bandwidth_gbs,
+        memory_gb=gpu.memory_gb,
+        bf16_tflops=0.0,
+        link=("nvlink4" if gpu.nvlink else "pcie4") if gpu.count > 1 else "none",
+        link_gbs=450.0 if gpu.nvlink else 32.0,
+        source="NVML: memory clock x bus width (not in the catalog; TFLOP/s unknown)",
+        extra={"detected": gpu.name},
+    )
+
+
+def catalog_rows() -> list[dict[str, Any]]:
+    """One row per catalog entry, for ``specbound hw``."""
+    return [_from_entry(k, v, 1).describe() for k, v in builtin_catalog().items()]
+
+
+def project_catalog(root: Path | None = None) -> dict[str, dict[str, Any]]:
+    """``[tool.specbound.hardware.NAME]`` tables from ``pyproject.toml`` in ``root`` (cwd)."""
+    pyproject = (root or Path.cwd()) / "pyproject.toml"
+    if not pyproject.is_file():
+        return {}
+    data = load_toml(pyproject)
+    if not data.get("tool", {}).get("specbound", {}).get("hardware"):
+        return {}
+    return user_catalog(pyproject)

@@ -1,0 +1,76 @@
+"""Text renderings of a roofline: the seed-style table with bars, and markdown."""
+
+from __future__ import annotations
+
+from pytest_specbound.physics.roofline import Roofline
+
+LABELS = {
+    "weights": "target weight read",
+    "kv_cache": "KV cache read",
+    "linear_state": "linear-attention state read",
+    "compute": "verify compute above memory time",
+    "allreduce": "allreduce",
+    "draft": "draft",
+    "overhead": "scheduler and sampling",
+}
+SHORT = {"weights": "weights", "kv_cache": "kv", "linear_state": "state", "compute": "compute",
+         "allreduce": "allreduce", "draft": "draft", "overhead": "sched"}
+
+
+def one_line(roof: Roofline) -> str:
+    """``weights 35.2 | kv 0.0 | ... ms``, zero compute left out (it rarely applies at batch 1)."""
+    parts = [f"{SHORT[k]} {v:.1f}" for k, v in roof.components_ms.items()
+             if k != "compute" or v > 0]
+    return " | ".join(parts) + " ms"
+
+
+def _detail(roof: Roofline, key: str) -> str:
+    hw, m = roof.hardware, roof.model
+    per_gpu = " per GPU" if hw.count > 1 else ""
+    if key == "weights":
+        moe = " (expected distinct experts)" if m.is_moe else ""
+        return (f"{m.weight_bytes / hw.count / 1e9:.1f} GB{per_gpu} {m.dtype}{moe} at "
+                f"{hw.bandwidth_gbs:g} GB/s")
+    if key == "kv_cache":
+        return f"context {roof.context} x batch {roof.batch}"
+    if key == "allreduce" and hw.count > 1:
+        return f"TP={hw.count} over {hw.link}, {2 * m.n_layers} per forward"
+    if key == "draft":
+        return roof.spec.label
+    return ""
+
+
+def table(roof: Roofline, accept: float | None = None) -> str:
+    """Seed-style breakdown with a bar and a share per component."""
+    total = roof.round_ms
+    hw, m = roof.hardware, roof.model
+    lines = [
+        f"roofline: {m.name} ({m.dtype}) on {hw.label} [{hw.title}], spec {roof.spec.label}, "
+        f"batch {roof.batch}, context {roof.context}",
+        f"{'component':<34} {'ms':>8} {'share':>6}  ",
+    ]
+    for key, value in roof.components_ms.items():
+        share = value / total if total else 0.0
+        bar = "#" * round(share * 30)
+        detail = _detail(roof, key)
+        lines.append(f"{LABELS[key]:<34} {value:8.2f} {share:6.0%}  {bar:<30} {detail}".rstrip())
+    lines.append(f"{'total per round':<34} {total:8.2f}")
+    lines.append(f"bound: {roof.bound}")
+    lines.append(
+        f"ceiling at accept {roof.max_accept}: {roof.ceiling_tok_s:.1f} tok/s"
+    )
+    if accept is not None:
+        lines.append(f"expected at accept {accept:g}: {roof.tok_s(accept):.1f} tok/s")
+    return "\n".join(lines)
+
+
+def markdown(roof: Roofline, accept: float | None = None) -> str:
+    total = roof.round_ms
+    rows = ["| component | ms | share |", "|---|---:|---:|"]
+    rows += [f"| {LABELS[k]} | {v:.2f} | {v / total:.0%} |" for k, v in roof.components_ms.items()]
+    rows.append(f"| **total per round** | **{total:.2f}** | |")
+    a = roof.max_accept if accept is None else accept
+    rows.append("")
+    rows.append(f"ceiling {roof.ceiling_tok_s:.1f} tok/s; expected {roof.tok_s(a):.1f} tok/s at "
+                f"accept {a:g}; bound: {roof.bound}")
+    return "\n".join(rows)

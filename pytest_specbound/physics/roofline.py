@@ -1,0 +1,183 @@
+"""The roofline of one speculative round: per-component times, ceiling and expected tok/s.
+
+Batch-1 decode reads every target weight once per verify step whatever the number of tokens
+verified, so ``tok/s = accept_length / round_time``. The batch ``B`` enters as tokens per step
+(compute, MoE expert coverage, allreduce message) and as per-sequence KV and state reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_specbound.errors import ConfigError
+from pytest_specbound.physics import dtypes
+from pytest_specbound.physics.allreduce import allreduce_us
+from pytest_specbound.physics.hardware import Hardware
+from pytest_specbound.physics.models import Model
+from pytest_specbound.physics.speculative import Speculation
+
+COMPONENTS = ("weights", "kv_cache", "linear_state", "compute", "allreduce", "draft", "overhead")
+DEFAULT_CONTEXT = 500  # the seed profile's sequence length
+DEFAULT_OVERHEAD_MS = 0.5  # scheduler and sampling per round (seed profile)
+EAGLE3_DRAFT_VOCAB = 32000  # EAGLE-3 drafters predict over a reduced vocabulary
+DFLASH_LAYERS = 5  # a DFlash block drafter is a few target-shaped layers, one forward per round
+
+
+def _ms(num_bytes: float, hw: Hardware) -> float:
+    return num_bytes / (hw.bandwidth_gbs * 1e9 * hw.count) * 1e3
+
+
+def expected_distinct_experts(n_experts: int, top_k: int, tokens: int) -> float:
+    """Expected distinct experts hit by ``tokens`` routings of ``top_k`` each: N(1-((N-k)/N)^T)."""
+    return n_experts * (1 - ((n_experts - top_k) / n_experts) ** tokens)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """One speculative round on ``hardware`` for ``model`` with ``spec``."""
+
+    hardware: Hardware
+    model: Model
+    spec: Speculation
+    components_ms: dict[str, float]
+    bound: str  # "memory" or "compute": which limits the verify phase
+    context: int
+    batch: int
+    draft_model: Model | None = None
+
+    @property
+    def round_ms(self) -> float:
+        return sum(self.components_ms.values())
+
+    @property
+    def max_accept(self) -> int:
+        return self.spec.max_accept
+
+    @property
+    def ceiling_tok_s(self) -> float:
+        """Tokens per second per sequence when every draft is accepted."""
+        return self.tok_s(self.max_accept)
+
+    def tok_s(self, accept: float) -> float:
+        """Roofline decode tok/s per sequence at mean accept length ``accept``."""
+        return accept / self.round_ms * 1e3
+
+    def what_if(self, **changes: Any) -> Roofline:
+        """Recompute with another ``dtype``, ``hardware``, ``spec``, ``context`` or ``batch``."""
+        dtype = changes.pop("dtype", None)
+        model = self.model.with_dtype(dtype) if dtype else self.model
+        args: dict[str, Any] = {
+            "hardware": self.hardware, "model": model, "spec": self.spec,
+            "draft_model": self.draft_model, "context": self.context, "batch": self.batch,
+            "overhead_ms": self.components_ms["overhead"],
+        }
+        args.update(changes)
+        return compute_roofline(**args)
+
+    def to_dict(self, accept: float | None = None) -> dict[str, Any]:
+        a = self.max_accept if accept is None else accept
+        return {
+            "round_ms": round(self.round_ms, 4),
+            "components_ms": {k: round(v, 4) for k, v in self.components_ms.items()},
+            "ceiling_tok_s": round(self.ceiling_tok_s, 3),
+            "accept": a,
+            "max_accept": self.max_accept,
+            "expected_tok_s": round(self.tok_s(a), 3),
+            "bound": self.bound,
+            "speculative": self.spec.label,
+            "context": self.context,
+            "batch": self.batch,
+            "hardware": self.hardware.describe(),
+            "model": self.model.describe(),
+            "draft_model": self.draft_model.describe() if self.draft_model else None,
+        }
+
+
+def _verify(hw: Hardware, model: Model, tokens: int, context: int, batch: int) -> dict[str, float]:
+    dense = model.weight_bytes - model.routed_bytes
+    experts = 0.0
+    if model.is_moe:
+        hit = expected_distinct_experts(model.n_experts, model.experts_per_token, tokens)
+        experts = model.moe_layers * hit * model.expert_bytes
+    weights = _ms(dense + experts, hw)
+    kv = _ms(model.kv_bytes_per_token * context * batch, hw)
+    state = _ms(model.state_bytes * batch, hw)
+    tflops = hw.tflops(model.dtype)
+    compute = 2 * model.active_params * tokens / (tflops * 1e12 * hw.count) * 1e3 if tflops else 0.0
+    return {"weights": weights, "kv_cache": kv, "linear_state": state, "compute_total": compute}
+
+
+def _allreduce_ms(hw: Hardware, model: Model, tokens: int, layers: int) -> float:
+    if hw.count <= 1:
+        return 0.0
+    message = model.hidden * tokens * 2  # bf16 activations
+    return 2 * layers * allreduce_us(hw.link, hw.count, message, hw.link_gbs) / 1e3
+
+
+def _bf16(num_bytes: float, model: Model) -> float:
+    return num_bytes * 2.0 / dtypes.bytes_per_param(model.dtype)
+
+
+def _draft_ms(
+    hw: Hardware, model: Model, spec: Speculation, draft: Model | None, context: int, batch: int
+) -> float:
+    m = spec.method
+    if m in ("none", "ngram"):
+        return 0.0
+    if m == "mtp":
+        if model.mtp_bytes <= 0:
+            raise ConfigError(
+                f"--spec=mtp: model '{model.name}' has no MTP head; use eagle3, draft, ngram or none"
+            )
+        return spec.steps * (_ms(model.mtp_bytes, hw) + _allreduce_ms(hw, model, batch, 1))
+    if m in ("eagle", "eagle3"):
+        fc = (3 if m == "eagle3" else 2) * model.hidden * model.hidden * 2
+        vocab = EAGLE3_DRAFT_VOCAB if m == "eagle3" else model.vocab
+        step = _bf16(model.layer_bytes, model) + fc + vocab * model.hidden * 2
+        return spec.steps * (_ms(step, hw) + _allreduce_ms(hw, model, batch, 1))
+    if m == "draft":
+        if draft is None:
+            raise ConfigError("--spec=draft needs --draft-model (catalog name, config.json or .gguf)")
+        one = compute_roofline(hw, draft, Speculation("none", 0, 0), None, context, batch, 0.0)
+        return spec.steps * one.round_ms
+    # dflash: one block-drafter forward per round
+    if draft is not None:
+        tokens = spec.verify_tokens * batch
+        return compute_roofline(hw, draft, Speculation("none", 0, 0), None, context, tokens,
+                                0.0).round_ms
+    step = DFLASH_LAYERS * _bf16(model.layer_bytes, model) + _bf16(model.lm_head_bytes, model)
+    return _ms(step, hw) + _allreduce_ms(hw, model, spec.verify_tokens * batch, DFLASH_LAYERS)
+
+
+def compute_roofline(
+    hardware: Hardware,
+    model: Model,
+    spec: Speculation,
+    draft_model: Model | None = None,
+    context: int = DEFAULT_CONTEXT,
+    batch: int = 1,
+    overhead_ms: float = DEFAULT_OVERHEAD_MS,
+) -> Roofline:
+    """Per-round breakdown for ``batch`` sequences each verifying ``spec.verify_tokens`` tokens."""
+    if batch < 1:
+        raise ConfigError(f"--batch={batch}: must be at least 1")
+    if context < 0:
+        raise ConfigError(f"--context={context}: must be >= 0")
+    if overhead_ms < 0:
+        raise ConfigError(f"--overhead-ms={overhead_ms}: must be >= 0")
+    tokens = spec.verify_tokens * batch
+    v = _verify(hardware, model, tokens, context, batch)
+    memory = v["weights"] + v["kv_cache"] + v["linear_state"]
+    components = {
+        "weights": v["weights"],
+        "kv_cache": v["kv_cache"],
+        "linear_state": v["linear_state"],
+        "compute": max(0.0, v["compute_total"] - memory),
+        "allreduce": _allreduce_ms(hardware, model, tokens, model.n_layers),
+        "draft": _draft_ms(hardware, model, spec, draft_model, context, batch),
+        "overhead": overhead_ms,
+    }
+    bound = "compute" if v["compute_total"] > memory else "memory"
+    return Roofline(hardware, model, spec, components, bound, context, batch, draft_model)
+

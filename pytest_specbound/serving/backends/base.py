@@ -1,0 +1,165 @@
+"""The backend interface: build a deterministic request, read the stream, find accept stats."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_specbound.serving.prometheus import counter_totals
+from pytest_specbound.serving.records import RequestRecord
+from pytest_specbound.serving.transport import Endpoint, StreamResult
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt as text or chat messages, with an optional output length of its own."""
+
+    text: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+    max_tokens: int | None = None
+
+
+class Backend:
+    """Defaults are OpenAI-compatible; server families override what differs."""
+
+    name = "openai"
+    ready_paths: tuple[str, ...] = ("/health",)
+    models_path = "/v1/models"
+    metrics_path: str | None = "/metrics"
+    metric_names: tuple[str, ...] = ()  # counters whose deltas give the accept length
+    chunks_are_steps = True  # one SSE chunk per verify step (stream_interval 1)
+    drains_metrics = False  # True where reading the metrics resets them
+
+    # -- request -------------------------------------------------------------------------
+    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
+        body: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **self.extra_fields(max_tokens),
+        }
+        if model:
+            body["model"] = model
+        if prompt.messages is not None:
+            body["messages"] = list(prompt.messages)
+            return "/v1/chat/completions", body
+        body["prompt"] = prompt.text
+        return "/v1/completions", body
+
+    def extra_fields(self, max_tokens: int) -> dict[str, Any]:
+        """Fields that force a fixed-length greedy decode on this server."""
+        return {"ignore_eos": True, "min_tokens": max_tokens}
+
+    # -- stream --------------------------------------------------------------------------
+    def event_tokens(self, obj: Any, state: dict[str, Any]) -> int:
+        """Tokens carried by one event (exact where the server gives ids or cumulative usage)."""
+        choices = obj.get("choices") or []
+        if not choices:
+            return 0
+        c = choices[0]
+        ids = c.get("token_ids")
+        if isinstance(ids, list):
+            return len(ids)
+        usage = obj.get("usage")
+        if isinstance(usage, dict) and "completion_tokens" in usage:  # continuous usage stats
+            total = int(usage["completion_tokens"])
+            new = total - int(state.get("cum", 0))
+            state["cum"] = total
+            return max(new, 0)
+        text = c.get("text")
+        if text is None:
+            text = (c.get("delta") or {}).get("content")
+        return 1 if text else 0
+
+    def is_final(self, obj: Any) -> bool:
+        return bool(obj.get("usage")) and not obj.get("choices")
+
+    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> None:
+        """Fill server timings and per-request accept stats from the stream (default: none)."""
+
+    def parse(self, result: StreamResult) -> RequestRecord:
+        record = RequestRecord()
+        state: dict[str, Any] = {}
+        final = result.done
+        reads = result.read_of_event or [0] * len(result.events)
+        for (t, obj), read_no in zip(result.events, reads, strict=True):
+            if not isinstance(obj, dict):
+                continue
+            n = self.event_tokens(obj, state)
+            if n > 0:
+                record.chunk_times_s.append(t)
+                record.chunk_tokens.append(n)
+                record.chunk_reads.append(read_no)
+            usage = obj.get("usage")
+            if isinstance(usage, dict):
+                record.prompt_tokens = usage.get("prompt_tokens", record.prompt_tokens)
+                if "completion_tokens" in usage:
+                    record.completion_tokens = int(usage["completion_tokens"])
+            final = final or self.is_final(obj)
+        if not final:
+            from pytest_specbound.errors import RequestError
+
+            raise RequestError(
+                f"truncated stream: ended after {len(result.events)} events without the final one"
+            )
+        if not record.completion_tokens:
+            record.completion_tokens = sum(record.chunk_tokens)
+        if record.chunk_times_s:
+            record.ttft_s = record.chunk_times_s[0]
+            record.decode_s = record.chunk_times_s[-1] - record.chunk_times_s[0]
+        self.server_fields(result.events, record)
+        return record
+
+    # -- accept fallbacks ----------------------------------------------------------------
+    def scrape(self, endpoint: Endpoint) -> dict[str, float] | None:
+        """Counter totals from the metrics endpoint, or None when there are none."""
+        if not self.metrics_path or not self.metric_names:
+            return None
+        status, body = endpoint.get(self.metrics_path)
+        if status != 200:
+            return None
+        totals = counter_totals(body.decode("utf-8", "replace"), self.metric_names)
+        return totals if totals else None
+
+    def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
+        """Accept length from counter deltas around one request (concurrency 1)."""
+        return None
+
+    def server_clock_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> None:
+        """Fill the server's decode time from counter deltas where it has no per-request field."""
+
+    # -- identity ------------------------------------------------------------------------
+    def info(self, endpoint: Endpoint) -> dict[str, Any]:
+        """Server version, model ids and speculative settings, where the server exposes them."""
+        models = endpoint.get_json(self.models_path) or {}
+        ids = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
+        return {"models": ids}
+
+
+def tokens_per_forward(decode_tokens: float, accepted_drafts: float) -> float | None:
+    """Accept length as the roofline needs it: decode tokens over target forwards.
+
+    Every target forward emits exactly one token that is not an accepted draft (the bonus or the
+    correction), so forwards = decode tokens - accepted drafts; a forward with no draft counts 1.
+    """
+    forwards = decode_tokens - accepted_drafts
+    return decode_tokens / forwards if forwards > 0 else None
+
+
+def burst_accept(times: list[float], decode_tokens: int, chunks_are_steps: bool) -> float | None:
+    """Estimate tokens per verify step from the stream alone (flagged as an estimate).
+
+    Where each chunk is one verify step, it is tokens per chunk after the first. Where the server
+    sends one event per token, a verify step shows as a burst of near-simultaneous events: gaps
+    shorter than a quarter of the 90th-percentile gap join a burst.
+    """
+    if len(times) < 3:
+        return None
+    if chunks_are_steps:
+        return decode_tokens / (len(times) - 1)
+    gaps = sorted(b - a for a, b in itertools.pairwise(times))
+    threshold = 0.25 * gaps[int(0.9 * (len(gaps) - 1))]
+    steps = sum(1 for a, b in itertools.pairwise(times) if b - a > threshold)
+    return decode_tokens / steps if steps else None

