@@ -43,7 +43,28 @@ _API = {
     "Verdict": "pytest_specbound.gate.verdict",
     "run_class": "pytest_specbound.gate.runner",
 }
-__all__ = ["__version__", *sorted(_API)]
+__all__ = [
+    "__version__",
+    "Endpoint",
+    "FixedCount",
+    "Roofline",
+    "Sampler",
+    "ServerConfig",
+    "Verdict",
+    "compute_roofline",
+    "detect_hardware",
+    "get_backend",
+    "judge",
+    "load_budget",
+    "load_model",
+    "load_prompts",
+    "measure",
+    "open_server",
+    "parse_budget",
+    "parse_hardware",
+    "parse_speculation",
+    "run_class",
+]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pytest_specbound.gate.budget import load_budget, parse_budget
