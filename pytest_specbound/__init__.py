@@ -44,13 +44,13 @@ _API = {
     "run_class": "pytest_specbound.gate.runner",
 }
 __all__ = [
-    "__version__",
     "Endpoint",
     "FixedCount",
     "Roofline",
     "Sampler",
     "ServerConfig",
     "Verdict",
+    "__version__",
     "compute_roofline",
     "detect_hardware",
     "get_backend",
