@@ -210,6 +210,7 @@ class Sampler:
             record = self.backend.parse(result)
         except RequestError as exc:
             return RequestRecord(error=str(exc))
+        clock_in_fields = record.server_decode_s is not None  # before any counter deltas
         after = self._scrape() if before is not None else None
         if after is not None and before is not None:
             delta = after if self.backend.drains_metrics else {
@@ -224,7 +225,7 @@ class Sampler:
                                     self.backend.chunks_are_steps)
             if estimate is not None:
                 record.accept_length, record.accept_source = estimate, "estimate"
-        if record.accept_source == "server" and record.server_decode_s:
+        if record.accept_source == "server" and clock_in_fields:
             self.counters_needed = False  # per-request fields carry both: no scrapes from now on
         problem = untimed_reason(record, self.max_accept)
         if problem and record.server_decode_s:  # the server timed it: use its clock, say so

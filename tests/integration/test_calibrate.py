@@ -29,8 +29,12 @@ def test_calibrate_then_pass(pytester, launch_llama, gguf_models):
     assert new.accept[0] < 2.5 < new.accept[1] and new.accept[1] - new.accept[0] < 1.0
     assert 0 < new.min_efficiency < 0.99
     assert path.read_text().startswith("# reviewed in PRs\n") and "# old band" in path.read_text()
+    # The budget calibrate wrote must not fail on the same server. At confidence 0.999 the rule
+    # fails a class whose truth is inside its thresholds with probability under 1 in 1,000;
+    # whether it decides within 20 requests is issue 14's business, so inconclusive passes here.
     result = pytester.runpytest("--specbound-hw=cpu", f"--specbound-url={server.url}",
-                                "--specbound-samples=20", "--specbound-json=a.json", "budgets/")
+                                "--specbound-samples=20", "--specbound-json=a.json", "budgets/",
+                                "--specbound-confidence=0.999", "--specbound-inconclusive=pass")
     result.assert_outcomes(passed=1)
     doc = json.loads((pytester.path / "a.json").read_text())
     (pytester.path / "b.json").write_text(json.dumps({**doc, "results": [

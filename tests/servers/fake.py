@@ -241,6 +241,10 @@ class _Handler(BaseHTTPRequestHandler):
                 f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {c.get('accepted'):g}",
                 "# TYPE vllm:generation_tokens counter",
                 f"vllm:generation_tokens_total{{{lab}}} {c.get('generated'):g}",
+                "# TYPE vllm:request_decode_time_seconds histogram",
+                f'vllm:request_decode_time_seconds_bucket{{{lab},le="+Inf"}} {c.get("requests"):g}',
+                f"vllm:request_decode_time_seconds_sum{{{lab}}} {c.get('decode_s'):.6f}",
+                f"vllm:request_decode_time_seconds_count{{{lab}}} {c.get('requests'):g}",
             ]
         elif fam == "sglang":
             lab = f'model_name="{self.s.model}",engine_type="unified"'
@@ -387,6 +391,8 @@ class _Handler(BaseHTTPRequestHandler):
             for n in [1] * k if per_token else [k]:
                 total += n
                 self._oai_chunk(body, chat, continuous, n, total, decoded_iters)
+        self.server_ref.counters.add("decode_s", time.perf_counter() - start)
+        self.server_ref.counters.add("requests", 1)
         self._count()
         if fam == "sglang" and body.get("return_spec_tokens_details"):
             self._event({"id": "cmpl-1", "choices": [], "sglext": {"spec_tokens_details": {

@@ -42,3 +42,12 @@ def test_report_merges_and_exit_code(tmp_path, capsys):
     (tmp_path / "c.json").write_text("[1, 2]")
     assert main(["report", str(tmp_path / "c.json")]) == 2
     assert "not a specbound results file" in capsys.readouterr().err
+
+
+def test_timing_notes_reach_the_summary_and_the_markdown():
+    from pytest_specbound.report.table import markdown, terminal
+
+    r = {"budget": "budgets/b.toml", "class": "chat", "hardware": "h100", "verdict": "pass",
+         "clock_note": "client and server clocks disagree: the client's decode rate is +9% off"}
+    assert "note: b.toml::chat[h100]: client and server clocks disagree" in terminal([r])
+    assert "- note: b.toml::chat[h100]: client and server clocks disagree" in markdown([r])

@@ -46,7 +46,7 @@ def test_untimeable_requests_are_retried_then_the_class_is_an_error():
     from pytest_specbound.physics.roofline import compute_roofline
     from pytest_specbound.physics.speculative import parse_speculation
 
-    with FakeServer("vllm", Script(burst=True)) as srv:  # no per-request decode time
+    with FakeServer("vllm", Script(burst=True, fault="nometrics")) as srv:  # no clock at all
         m = measure(Sampler(Endpoint(srv.url), get_backend("vllm"), max_accept=4),
                     load_prompts("chat"), 41, FixedCount(4), warmup=0, max_untimed=3)
     assert m.stop is Stop.UNTIMED and len(m.untimed) == 4 and not m.records
@@ -60,7 +60,21 @@ def test_untimeable_requests_are_retried_then_the_class_is_an_error():
 
 @pytest.mark.parametrize("family", ["vllm", "llamacpp", "sglang"])
 def test_a_steady_server_is_timed_by_the_client(family):
-    with FakeServer(family) as srv:
+    # 50 ms between verify steps: a step could only share a socket read with the next one if the
+    # client were kept off the CPU for longer than that
+    with FakeServer(family, Script(step_s=0.05)) as srv:
         m = measure(Sampler(Endpoint(srv.url), get_backend(family), max_accept=4),
                     load_prompts("chat"), 41, FixedCount(3), warmup=0)
     assert not m.untimed and all(r.clock == "client" and r.decode_reads >= 10 for r in m.records)
+
+
+@pytest.mark.parametrize("per_request", [True, False])
+def test_vllm_server_clock_on_every_request(per_request):
+    """vLLM's clock comes from its decode-time histogram: scraped around every request, also when
+    the per-request metrics already give the accept length."""
+    with FakeServer("vllm", Script(per_request_metrics=per_request)) as srv:
+        m = measure(Sampler(Endpoint(srv.url), get_backend("vllm"), max_accept=4),
+                    load_prompts("chat"), 41, FixedCount(4), warmup=1)
+    assert all(r.server_decode_s and r.server_decode_s > 0 for r in m.records)
+    assert m.accept_source == ("server" if per_request else "metrics")
+    assert abs(m.clock_ratio - 1) < 0.2
