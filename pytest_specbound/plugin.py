@@ -194,7 +194,8 @@ class SpecboundSession:
             import sys
 
             def to_stderr(text: str, rewrite: bool) -> None:
-                sys.__stderr__.write(text + "\n") if sys.__stderr__ else None
+                if sys.__stderr__ is not None:
+                    sys.__stderr__.write(text + "\n")
 
             return to_stderr, False
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")

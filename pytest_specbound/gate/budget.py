@@ -12,7 +12,7 @@ from pytest_specbound.errors import ConfigError
 from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
 from pytest_specbound.physics.speculative import METHODS, Speculation, parse_speculation
 from pytest_specbound.serving.backends import BACKENDS
-from pytest_specbound.serving.connect import DEFAULT_READY_TIMEOUT_S, ServerConfig
+from pytest_specbound.serving.connect import ServerConfig
 
 TOP_KEYS = {"model", "speculative", "server", "classes", "hardware", "roofline"}
 MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
@@ -203,7 +203,7 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
         raise w.error("speculative", "draft_model", "method 'draft' needs a draft_model")
 
     server_t = w.table(data, "server", required=require_server)
-    server = _parse_server(w, "server", server_t, require_target=False)
+    server = _parse_server(w, "server", server_t)
 
     roof_t = w.table(data, "roofline", required=False)
     w.check_keys("roofline", roof_t, ROOFLINE_KEYS)
@@ -220,10 +220,7 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
             raise w.error(None, label, "must be a table")
         w.check_keys(table, over, {"server", "classes"})
         if "server" in over:
-            hw_server = _parse_server(w, f"{table}.server", over["server"], require_target=False)
-            over = {**over, "server": {f.name: getattr(hw_server, f.name) for f in fields(ServerConfig)
-                                       if f.name in over["server"] or
-                                       (f.name == "origin" and "url" in over["server"])}}
+            over = {**over, "server": _server_values(w, f"{table}.server", over["server"])}
         for name, values in (over.get("classes") or {}).items():
             if name not in classes:
                 raise w.error(f"{table}.classes", name,
@@ -253,7 +250,12 @@ def _default(value: Any, default: float) -> float:
     return float(default if value is None else value)
 
 
-def _parse_server(w: _Where, table: str, t: Any, require_target: bool) -> ServerConfig:
+def _parse_server(w: _Where, table: str, t: Any) -> ServerConfig:
+    return ServerConfig(**_server_values(w, table, t))
+
+
+def _server_values(w: _Where, table: str, t: Any) -> dict[str, Any]:
+    """The validated ``[server]`` keys that were given, as ServerConfig fields."""
     if not isinstance(t, dict):
         raise w.error(None, table, "must be a table")
     w.check_keys(table, t, SERVER_KEYS)
@@ -267,10 +269,7 @@ def _parse_server(w: _Where, table: str, t: Any, require_target: bool) -> Server
     if "url" in t:
         from pytest_specbound.serving.urls import split_url
 
-        try:
-            split_url(t["url"], w.name(table, "url"))
-        except ConfigError as exc:
-            raise ConfigError(str(exc)) from None
+        split_url(t["url"], w.name(table, "url"))
     w.number(table, t, "ready_timeout_s", low=1)
     w.number(table, t, "read_timeout_s", low=0.1)
     w.number(table, t, "port", integer=True, low=1, high=65535)
@@ -279,12 +278,11 @@ def _parse_server(w: _Where, table: str, t: Any, require_target: bool) -> Server
     if "check_model" in t and not isinstance(t["check_model"], bool):
         raise w.error(table, "check_model", "must be true or false")
     values = _server_fields(t)
-    values.setdefault("ready_timeout_s", DEFAULT_READY_TIMEOUT_S)
     if "ca_bundle" in values and not Path(values["ca_bundle"]).is_absolute():
         values["ca_bundle"] = str(w.path.parent / values["ca_bundle"])
     if "url" in values:
         values["origin"] = w.name(table, "url")
-    return ServerConfig(**values)
+    return values
 
 
 def _parse_class(w: _Where, table_name: str, t: Any, label: str | None = None) -> ClassBudget:

@@ -40,6 +40,10 @@ class SequentialRule:
     def __post_init__(self) -> None:
         self.schedule = look_schedule(self.min_samples, self.max_samples)
 
+    @property
+    def sample_budget(self) -> int:
+        return self.max_samples
+
     def stop_reason(self, records: Sequence[RequestRecord]) -> tuple[Stop, str] | None:
         n = len(records)
         if any(not r.ok for r in records):

@@ -32,6 +32,10 @@ class Stop(enum.Enum):
 
 
 class StoppingRule(Protocol):
+    @property
+    def sample_budget(self) -> int:
+        """The most requests the rule counts (also how many untimed ones may be retried)."""
+
     def stop_reason(self, records: Sequence[RequestRecord]) -> tuple[Stop, str] | None:
         """Why to stop now (the reason and a sentence), or None to keep sampling."""
 
@@ -41,6 +45,10 @@ class FixedCount:
     """Stop after ``n`` counted requests (failed ones included: they are results too)."""
 
     n: int
+
+    @property
+    def sample_budget(self) -> int:
+        return self.n
 
     def stop_reason(self, records: Sequence[RequestRecord]) -> tuple[Stop, str] | None:
         return (Stop.FIXED_COUNT, f"fixed count of {self.n} requests") if len(records) >= self.n \
@@ -257,13 +265,12 @@ def measure(
     """Run ``warmup`` uncounted requests, then sample prompts round-robin until ``rule`` stops.
 
     A request the client could not time is kept apart and retried; past ``max_untimed`` such
-    requests (default: as many as the rule's sample count, else 20) sampling stops with
+    requests (default: the rule's sample budget) sampling stops with
     :attr:`Stop.UNTIMED`.
     """
     m = measurement or Measurement(backend=sampler.backend.name)
     m.warmup = warmup
-    m.max_untimed = max_untimed if max_untimed is not None else int(
-        getattr(rule, "n", 0) or getattr(rule, "max_samples", 0) or 20)
+    m.max_untimed = rule.sample_budget if max_untimed is None else max_untimed
     for i in range(warmup):
         sampler.one(prompts[i % len(prompts)], max_tokens)
     start = time.monotonic()

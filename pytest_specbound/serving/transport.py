@@ -63,7 +63,6 @@ class StreamResult:
     events: list[tuple[float, Any]] = field(default_factory=list)  # (seconds since sent, JSON)
     done: bool = False  # saw "data: [DONE]"
     headers: dict[str, str] = field(default_factory=dict)
-    reads: int = 0  # socket reads that carried body bytes
     read_of_event: list[int] = field(default_factory=list)  # which socket read completed each event
     streaming_cpu_s: float = 0.0  # this process's CPU from before the send to the stream's end
 
@@ -360,7 +359,6 @@ class Endpoint:
             self._release(resp)
         times = receivers[0].times if receivers else []
         timed = [(times[i - 1] if 0 < i <= len(times) else sent, i, data) for i, data in reads]
-        result.reads = len({i for _, i, _ in timed})
         _split_events(timed, result)
         return result
 
@@ -406,17 +404,22 @@ def _error_text(raw: Any) -> str:
     return bytes(data).decode("utf-8", "replace").strip().replace("\n", " ")
 
 
+def _cause(exc: BaseException) -> BaseException | None:
+    """What a requests/urllib3 exception wraps: its first argument, its reason, or its context."""
+    if exc.args and isinstance(exc.args[0], BaseException):
+        return exc.args[0]
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, BaseException):
+        return reason
+    if isinstance(exc, urllib3.exceptions.HTTPError):
+        return exc.__context__
+    return None
+
+
 def _why(exc: BaseException) -> str:
     """The innermost useful cause of a requests/urllib3 exception, in one line."""
-    inner: BaseException = exc
-    while True:
-        nxt = (inner.args[0] if inner.args and isinstance(inner.args[0], BaseException)
-               else getattr(inner, "reason", None) if isinstance(getattr(inner, "reason", None),
-                                                                 BaseException)
-               else inner.__context__ if isinstance(inner, urllib3.exceptions.HTTPError)
-               and inner.__context__ is not None else None)
-        if nxt is None or nxt is inner:
-            break
+    inner = exc
+    while (nxt := _cause(inner)) is not None and nxt is not inner:
         inner = nxt
     text = str(inner).replace("\n", " ")
     return f"{type(inner).__name__}: {text}" if text else type(inner).__name__
