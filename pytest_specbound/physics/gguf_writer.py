@@ -6,6 +6,7 @@ any text tokenizes and target and draft models share one vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 VOCAB = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
@@ -13,9 +14,15 @@ VOCAB = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
 
 def write_llama_gguf(
     path: Path, n_layers: int = 2, hidden: int = 128, ffn: int = 256, heads: int = 4,
-    kv_heads: int | None = None, seed: int = 0, context: int = 4096,
+    kv_heads: int | None = None, seed: int = 0, context: int = 4096, nextn: int = 0,
+    extra_fields: Mapping[str, int] | None = None,
 ) -> Path:
-    """Write a random-weight llama GGUF (f16 matrices, f32 norms) and return its path."""
+    """Write a random-weight llama GGUF (f16 matrices, f32 norms) and return its path.
+
+    ``nextn`` appends that many MTP blocks after the decoder (llama.cpp's layout: counted in
+    ``block_count``, named by ``nextn_predict_layers``); ``extra_fields`` adds ``llama.KEY``
+    integer metadata (for example the SSM fields of a hybrid model).
+    """
     import gguf
     import numpy as np
 
@@ -26,7 +33,11 @@ def write_llama_gguf(
     writer.add_name(path.stem)
     writer.add_context_length(context)
     writer.add_embedding_length(hidden)
-    writer.add_block_count(n_layers)
+    writer.add_block_count(n_layers + nextn)
+    if nextn:
+        writer.add_uint32("llama.nextn_predict_layers", nextn)
+    for key, value in (extra_fields or {}).items():
+        writer.add_uint32(f"llama.{key}", value)
     writer.add_feed_forward_length(ffn)
     writer.add_head_count(heads)
     writer.add_head_count_kv(kv_heads)
@@ -53,7 +64,7 @@ def write_llama_gguf(
     writer.add_tensor("token_embd.weight", mat(vocab, hidden))
     writer.add_tensor("output_norm.weight", norm())
     writer.add_tensor("output.weight", mat(vocab, hidden))
-    for i in range(n_layers):
+    for i in range(n_layers + nextn):
         p = f"blk.{i}."
         writer.add_tensor(p + "attn_norm.weight", norm())
         writer.add_tensor(p + "attn_q.weight", mat(hidden, hidden))

@@ -13,8 +13,8 @@ from typing import Any
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.physics import dtypes
 from pytest_specbound.physics.allreduce import allreduce_us
+from pytest_specbound.physics.geometry import Model
 from pytest_specbound.physics.hardware import Hardware
-from pytest_specbound.physics.models import Model
 from pytest_specbound.physics.speculative import Speculation
 
 COMPONENTS = ("weights", "kv_cache", "linear_state", "compute", "allreduce", "draft", "overhead")

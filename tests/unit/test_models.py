@@ -132,6 +132,54 @@ def test_gguf_exact_bytes(tmp_path):
     assert "GGUF llama" in m.source
 
 
+def _llama_config(n_layers, hidden, ffn, heads, vocab, **extra):
+    return {"hidden_size": hidden, "num_hidden_layers": n_layers, "intermediate_size": ffn,
+            "num_attention_heads": heads, "num_key_value_heads": heads, "vocab_size": vocab,
+            "torch_dtype": "float16", **extra}
+
+
+def test_gguf_and_config_json_build_the_same_model(tmp_path):
+    """One builder: a GGUF and the config.json of the same geometry agree on every field the
+    geometry decides; the GGUF adds exact bytes (equal here: f16 matrices, small f32 norms)."""
+    pytest.importorskip("gguf")
+    from pytest_specbound.physics.gguf_writer import VOCAB, write_llama_gguf
+
+    path = write_llama_gguf(tmp_path / "m.gguf", n_layers=3, hidden=64, ffn=128, heads=4)
+    _write(tmp_path, _llama_config(3, 64, 128, 4, len(VOCAB)), "config.json")
+    g, c = load_model(str(path)), load_model(str(tmp_path / "config.json"))
+    for name in ("n_layers", "hidden", "vocab", "kv_bytes_per_token", "state_bytes", "mtp_bytes",
+                 "n_experts", "moe_layers", "dtype"):
+        assert getattr(g, name) == getattr(c, name), name
+    norms = (3 * 2 + 1) * 64 * 4  # f32 norm vectors: in the file, not in the count
+    assert g.weight_bytes == pytest.approx(c.weight_bytes + norms)
+    assert g.layer_bytes == pytest.approx(c.layer_bytes + 2 * 64 * 4)
+    assert g.lm_head_bytes == c.lm_head_bytes
+    assert g.active_params == pytest.approx(c.active_params, rel=0.01)
+
+
+def test_gguf_mtp_blocks_and_linear_state_are_read(tmp_path):
+    pytest.importorskip("gguf")
+    import gguf
+
+    from pytest_specbound.physics.gguf_writer import VOCAB, write_llama_gguf
+
+    ssm = {"full_attention_interval": 2, "ssm.group_count": 2, "ssm.time_step_rank": 4,
+           "ssm.state_size": 16, "ssm.inner_size": 64, "ssm.conv_kernel": 4}
+    path = write_llama_gguf(tmp_path / "m.gguf", n_layers=2, hidden=64, ffn=128, heads=4,
+                            nextn=1, extra_fields=ssm)
+    m = load_model(str(path))
+    mtp = sum(int(t.n_bytes) for t in gguf.GGUFReader(str(path)).tensors
+              if t.name.startswith("blk.2."))
+    assert m.n_layers == 2 and m.mtp_bytes == mtp > 0  # the appended block, exactly
+    total = sum(int(t.n_bytes) for t in gguf.GGUFReader(str(path)).tensors)
+    assert m.weight_bytes == total - mtp
+    hf = _llama_config(2, 64, 128, 4, len(VOCAB), full_attention_interval=2,
+                       linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                       linear_value_head_dim=16, linear_conv_kernel_dim=4)
+    _write(tmp_path, hf, "config.json")
+    assert m.state_bytes == load_model(str(tmp_path / "config.json")).state_bytes > 0
+
+
 def test_gguf_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         load_model(str(tmp_path / "nope.gguf"))
