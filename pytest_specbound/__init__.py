@@ -42,10 +42,16 @@ _API = {
     "judge": "pytest_specbound.gate.verdict",
     "Verdict": "pytest_specbound.gate.verdict",
     "run_class": "pytest_specbound.gate.runner",
+    "ClassResult": "pytest_specbound.gate.result",
+    "Measurement": "pytest_specbound.measure.measurement",
+    "RequestRecord": "pytest_specbound.serving.records",
 }
 __all__ = [
+    "ClassResult",
     "Endpoint",
     "FixedCount",
+    "Measurement",
+    "RequestRecord",
     "Roofline",
     "Sampler",
     "ServerConfig",
@@ -68,8 +74,10 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pytest_specbound.gate.budget import load_budget, parse_budget
+    from pytest_specbound.gate.result import ClassResult
     from pytest_specbound.gate.runner import run_class
     from pytest_specbound.gate.verdict import Verdict, judge
+    from pytest_specbound.measure.measurement import Measurement
     from pytest_specbound.measure.prompts import load_prompts
     from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
     from pytest_specbound.physics.hardware import detect_hardware, parse_hardware
@@ -78,6 +86,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pytest_specbound.physics.speculative import parse_speculation
     from pytest_specbound.serving.backends import get_backend
     from pytest_specbound.serving.connect import ServerConfig, open_server
+    from pytest_specbound.serving.records import RequestRecord
     from pytest_specbound.serving.transport import Endpoint
 
 

@@ -141,15 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_measure(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from pytest_specbound.measure.measurement import Stop
     from pytest_specbound.measure.prompts import default_max_tokens, load_prompts
-    from pytest_specbound.measure.sampler import (
-        DEFAULT_MAX_ACCEPT,
-        FixedCount,
-        Measurement,
-        Sampler,
-        Stop,
-        measure,
-    )
+    from pytest_specbound.measure.sampler import DEFAULT_MAX_ACCEPT, FixedCount, Sampler, measure
     from pytest_specbound.physics.speculative import parse_speculation
     from pytest_specbound.serving.connect import ServerConfig, open_server
 
@@ -161,16 +155,14 @@ def cmd_measure(args: argparse.Namespace) -> int:
                        model_id=args.model_id, read_timeout_s=args.read_timeout,
                        ca_bundle=args.ca_bundle, origin="--url")
     server, backend = open_server(cfg, Path(args.log_dir), say=_say)
-    m = Measurement(backend=backend.name)
     try:
-        m.info = backend.info(server.endpoint)
         sampler = Sampler(server.endpoint, backend, args.model_id, max_accept)
-        measure(sampler, prompts, max_tokens, FixedCount(args.samples), args.warmup,
-                measurement=m)
+        m = measure(sampler, prompts, max_tokens, FixedCount(args.samples), args.warmup,
+                    info=backend.info(server.endpoint))
     finally:
         server.stop()
     if args.format == "json":
-        print(json.dumps(m.to_dict(), indent=2))
+        print(json.dumps(m.to_json(), indent=2))
     else:
         print(_measure_table(m))
     if m.decode_tok_s is None or m.stop is Stop.UNTIMED:
@@ -254,10 +246,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     new = text
     try:
         for name, cls in budget.classes.items():
-            result, _ = run_class(budget, cls, hw, settings, pool)
+            result = run_class(budget, cls, hw, settings, pool)
             values = propose(result)
-            print(f"{name}: accept {result['accept_length']:.2f}, efficiency "
-                  f"{result['efficiency']:.2f} -> {values}", file=sys.stderr)
+            print(f"{name}: accept {_fmt(result.accept_length)}, efficiency "
+                  f"{_fmt(result.verdict.efficiency)} -> {values}", file=sys.stderr)
             new = apply(new, f"classes.{name}", values)
     finally:
         pool.close()
@@ -273,19 +265,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from pytest_specbound.report.results import read_results
     from pytest_specbound.report.table import markdown, terminal
 
-    results = []
-    for path in args.files:
-        try:
-            doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise SpecboundError(f"{path}: not a specbound results file ({exc})") from None
-        if not isinstance(doc, dict) or "results" not in doc:
-            raise SpecboundError(f"{path}: not a specbound results file (no 'results' list)")
-        results.extend(doc["results"])
+    results = [r for path in args.files for r in read_results(Path(path))]
     print(markdown(results) if args.format == "markdown" else terminal(results))
-    return 1 if any(r.get("verdict") not in ("pass", "skip") for r in results) else 0
+    return 1 if any(r.status not in ("pass", "skip") for r in results) else 0
 
 
 def _add_calibrate(sub: Any) -> None:

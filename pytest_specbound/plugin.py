@@ -20,9 +20,15 @@ from pytest_specbound.gate.settings import OPTIONS, resolve
 if TYPE_CHECKING:
     from pytest_specbound.gate.budget import Budget
     from pytest_specbound.gate.pool import ServerPool
+    from pytest_specbound.gate.result import ClassResult
+    from pytest_specbound.gate.settings import Settings
     from pytest_specbound.gate.verdict import Verdict
     from pytest_specbound.physics.hardware import Hardware
+    from pytest_specbound.physics.models import Model
+    from pytest_specbound.physics.roofline import Roofline
+    from pytest_specbound.report.outputs import Outputs
     from pytest_specbound.report.progress import Progress
+    from pytest_specbound.serving.server import Server
 
 PROPERTY = "specbound"
 SHARED_DIR = "specbound_shared_dir"  # workerinput key: the folder xdist workers share
@@ -100,15 +106,14 @@ class VerdictFailure(Exception):
 class SpecboundSession:
     """Session state (registered plugin object): hardware, servers, results."""
 
-    def __init__(self, config: pytest.Config, settings: Any, hardware: Hardware | None) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings, hardware: Hardware | None) -> None:
         self.config = config
         self.settings = settings
         self._hardware = hardware
         self._hw_checked = hardware is not None
         self._skip_reason = ""
         self._pool: ServerPool | None = None
-        self.results: list[dict[str, Any]] = []
-        self.running: dict[str, dict[str, Any]] = {}
+        self._outputs: Outputs | None = None
         self.controller = not hasattr(config, "workerinput")
         self._old_sigterm: Any = None
 
@@ -143,45 +148,62 @@ class SpecboundSession:
             self._pool = ServerPool(self.settings.log_dir, shared, worker_id(), say=self._say)
         return self._pool
 
+    @property
+    def outputs(self) -> Outputs:
+        if self._outputs is None:
+            from pytest_specbound.report.outputs import Outputs
+
+            self._outputs = Outputs(self.settings, lambda: self._hardware)
+        return self._outputs
+
     def run(self, budget: Budget, cls_name: str, item: pytest.Item,
-            marker_server: dict[str, Any] | None = None) -> tuple[dict[str, Any], Verdict]:
+            marker_server: dict[str, Any] | None = None) -> ClassResult:
+        from dataclasses import replace
+
+        from pytest_specbound.errors import SpecboundError
+        from pytest_specbound.gate.result import ClassResult
         from pytest_specbound.gate.runner import run_class
+        from pytest_specbound.gate.verdict import Verdict
 
         hw = self.hardware
         assert hw is not None
         cls = budget.for_hardware(hw.label).classes[cls_name]
         progress = self._progress(item.nodeid)
         say = progress.waiting if progress else self._say
+        running = self.outputs.running
 
-        def partial(result: dict[str, Any]) -> None:
-            self.running[item.nodeid] = result
+        def partial(result: ClassResult) -> None:
+            running[item.nodeid] = replace(result, nodeid=item.nodeid)
             if self.controller:
-                self._write_json(partial=True)
-
-        from pytest_specbound.errors import SpecboundError
+                self.outputs.write_json(partial=True)
 
         try:
-            result, verdict = run_class(budget.for_hardware(hw.label), cls, hw, self.settings,
-                                        self.pool, marker_server,
-                                        progress.update if progress else None, partial, say)
+            result = run_class(budget.for_hardware(hw.label), cls, hw, self.settings,
+                               self.pool, marker_server,
+                               progress.update if progress else None, partial, say)
         except KeyboardInterrupt:
-            raise  # the partial entry stays in self.running and is written as such
+            raise  # the partial entry stays in the running results and is written as such
         except SpecboundError as exc:
-            self.running.pop(item.nodeid, None)
-            self._record(item, {"budget": str(budget.path), "class": cls_name,
-                                "hardware": hw.label, "verdict": "error", "reasons": ["setup"],
-                                "text": [str(exc)], "requests": [], "partial": False})
+            running.pop(item.nodeid, None)
+            self._record(item, ClassResult(str(budget.path), cls_name, hw.label,
+                                           Verdict("error", [str(exc)], ("setup",))))
             raise
-        self.running.pop(item.nodeid, None)
-        self._record(item, result)
-        return result, verdict
+        running.pop(item.nodeid, None)
+        return self._record(item, result)
 
-    def _record(self, item: pytest.Item, result: dict[str, Any]) -> None:
+    def _record(self, item: pytest.Item, result: ClassResult) -> ClassResult:
         """Results travel on the test report (xdist-safe) and land in JUnit properties."""
-        result["nodeid"] = item.nodeid
-        item.user_properties.append((PROPERTY, json.dumps(result, default=str)))
-        for key in ("accept_length", "decode_tok_s", "roofline_tok_s", "efficiency", "verdict"):
-            item.user_properties.append((f"specbound_{key}", result.get(key)))
+        from dataclasses import replace
+
+        result = replace(result, nodeid=item.nodeid)
+        item.user_properties.append((PROPERTY, json.dumps(result.to_json(), default=str)))
+        v = result.verdict
+        for key, value in (("accept_length", result.accept_length),
+                           ("decode_tok_s", result.decode_tok_s),
+                           ("roofline_tok_s", v.roofline_tok_s), ("efficiency", v.efficiency),
+                           ("verdict", v.status)):
+            item.user_properties.append((f"specbound_{key}", value))
+        return result
 
     def _writer(self) -> tuple[Callable[[str, bool], None], bool] | None:
         """write(text, rewrite) to the terminal with capture suspended, and whether it is a TTY.
@@ -276,83 +298,33 @@ class SpecboundSession:
             return
         for name, value in report.user_properties:
             if name == PROPERTY and report.when == "call":
-                self.results.append(json.loads(str(value)))
-                self._write_json(partial=True)
+                from pytest_specbound.gate.result import ClassResult
+
+                self.outputs.finished(ClassResult.from_json(json.loads(str(value))))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.results or not self.controller:
+        if not self.controller or self._outputs is None or not self._outputs.results:
             return
-        from pytest_specbound.report.table import terminal
-
         terminalreporter.write_sep("=", "specbound summary")
-        for line in terminal(self.results).splitlines():
+        for line in self._outputs.summary_lines():
             terminalreporter.write_line(line)
-        seen = set()
-        for r in self.results:
-            key = (r["budget"], r["hardware"])
-            if key not in seen and r.get("roofline"):
-                seen.add(key)
-                c = r["roofline"]["components_ms"]
-                terminalreporter.write_line(
-                    f"roofline {Path(r['budget']).name} on {r['hardware']}: "
-                    f"{r['roofline']['round_ms']:.1f} ms per round = weights {c['weights']:.1f} | "
-                    f"kv {c['kv_cache']:.1f} | state {c['linear_state']:.1f} | allreduce "
-                    f"{c['allreduce']:.1f} | draft {c['draft']:.1f} | sched {c['overhead']:.1f}")
-        if self.settings.json_path:
-            terminalreporter.write_line(f"specbound results: {self.settings.json_path}")
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self._pool is not None:
             self._pool.close()
         if self._old_sigterm is not None:
             signal.signal(signal.SIGTERM, self._old_sigterm)
-        if not self.controller or (not self.results and not self.running):
+        if not self.controller or not self._outputs:
             return
         interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
-        self._write_json(partial=interrupted)
-        self._write_extras()
+        self._outputs.write_json(partial=interrupted)
+        self._outputs.write_extras()
 
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
         if self._pool is not None:
             self._pool.stop_owned_now()
-        if self.controller:
-            self._write_json(partial=True)
-
-    # -- outputs -------------------------------------------------------------------------
-    def run_info(self) -> dict[str, Any]:
-        hw = self._hardware
-        budgets = {r["budget"]: r.get("budget_sha256") for r in self.results}
-        servers = {r["budget"]: r.get("server") for r in self.results}
-        return {"hardware": hw.describe() if hw else None, "budgets": budgets,
-                "servers": servers,
-                "models": sorted({r["model"] for r in self.results if r.get("model")}),
-                "confidence": self.settings.confidence}
-
-    def _write_json(self, partial: bool) -> None:
-        path = self.settings.json_path
-        if not path:
-            return
-        from pytest_specbound.report.results import write_results
-
-        rows = self.results + [dict(r, partial=True) for r in self.running.values()]
-        write_results(path, rows, partial or bool(self.running), self.run_info())
-
-    def _write_extras(self) -> None:
-        s = self.settings
-        if s.benchmark_json:
-            from pytest_specbound.report.results import write_benchmark
-
-            write_benchmark(s.benchmark_json, self.results, self.run_info())
-        if s.plot:
-            from pytest_specbound.report.plot import write_plot
-
-            write_plot(s.plot, self.results)
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary:
-            from pytest_specbound.report.table import markdown
-
-            with open(summary, "a", encoding="utf-8") as f:
-                f.write(markdown(self.results))
+        if self.controller and self._outputs is not None:
+            self._outputs.write_json(partial=True)
 
 
 def _nullcontext() -> Any:
@@ -369,7 +341,7 @@ def _session(config: pytest.Config) -> SpecboundSession:
     return config.stash[SESSION]
 
 
-def _outcome_for(verdict: Verdict, settings: Any) -> None:
+def _outcome_for(verdict: Verdict, settings: Settings) -> None:
     """Raise what pytest should see for ``verdict``: nothing (pass), skip or failure."""
     if verdict.status == "pass":
         return
@@ -418,8 +390,8 @@ class BudgetItem(pytest.Item):
         session = _session(self.config)
         if session.hardware is None:
             pytest.skip(session.skip_reason())
-        _, verdict = session.run(self.budget, self.cls_name, self)
-        _outcome_for(verdict, session.settings)
+        result = session.run(self.budget, self.cls_name, self)
+        _outcome_for(result.verdict, session.settings)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> Any:
@@ -467,7 +439,7 @@ def specbound_hw(request: pytest.FixtureRequest) -> Hardware:
 
 
 @pytest.fixture
-def specbound_model(request: pytest.FixtureRequest) -> Any:
+def specbound_model(request: pytest.FixtureRequest) -> Model:
     """The target model named by the test's ``specbound`` marker (or its budget)."""
     from pytest_specbound.gate.runner import resolve_model
 
@@ -476,7 +448,7 @@ def specbound_model(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-def specbound_roofline(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Any:
+def specbound_roofline(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Roofline:
     """The per-round roofline for the marker's model and speculative method on this hardware."""
     from pytest_specbound.gate.runner import roofline_for
 
@@ -485,7 +457,7 @@ def specbound_roofline(request: pytest.FixtureRequest, specbound_hw: Hardware) -
 
 
 @pytest.fixture
-def specbound_server(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Any:
+def specbound_server(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Server:
     """The server for this test's config (one per distinct launch config per run)."""
     from pytest_specbound.gate.runner import server_config
 
@@ -496,11 +468,12 @@ def specbound_server(request: pytest.FixtureRequest, specbound_hw: Hardware) -> 
 
 
 @pytest.fixture
-def specbound_measure(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Callable[..., Any]:
-    """``specbound_measure(prompt_class=None, **overrides)`` -> the class result (a dict)."""
+def specbound_measure(request: pytest.FixtureRequest,
+                      specbound_hw: Hardware) -> Callable[..., ClassResult]:
+    """``specbound_measure(prompt_class=None, **overrides)`` -> the :class:`ClassResult`."""
     session = _session(request.config)
 
-    def run(prompt_class: str | None = None, **overrides: Any) -> dict[str, Any]:
+    def run(prompt_class: str | None = None, **overrides: Any) -> ClassResult:
         if prompt_class:
             overrides["prompt_class"] = prompt_class
         from pytest_specbound.errors import SpecboundError
@@ -510,22 +483,20 @@ def specbound_measure(request: pytest.FixtureRequest, specbound_hw: Hardware) ->
         except pytest.UsageError as exc:
             pytest.fail(str(exc), pytrace=False)
         try:
-            result, verdict = session.run(budget, name, request.node)
+            return session.run(budget, name, request.node)
         except SpecboundError as exc:
             pytest.fail(f"specbound: {exc}", pytrace=False)
-        result["_verdict"] = verdict
-        return result
 
     return run
 
 
 @pytest.fixture
-def specbound_check(request: pytest.FixtureRequest) -> Callable[[dict[str, Any]], None]:
+def specbound_check(request: pytest.FixtureRequest) -> Callable[[ClassResult], None]:
     """``specbound_check(result)`` fails the test with the verdict text (no traceback)."""
     session = _session(request.config)
 
-    def check(result: dict[str, Any]) -> None:
-        verdict = result["_verdict"]
+    def check(result: ClassResult) -> None:
+        verdict = result.verdict
         try:
             _outcome_for(verdict, session.settings)
         except VerdictFailure:

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Mapping
+
+from pytest_specbound.gate.result import ClassResult
 
 ACCEPT_MARGIN = 0.10  # widen the measured accept interval by this much on each side
 EFFICIENCY_MARGIN = 0.05  # set the floor this far under the measured efficiency's lower bound
 
 
-def propose(result: dict[str, Any]) -> dict[str, Any]:
-    """Band and floor for one class result (from ``runner.run_class``)."""
-    b = result.get("bounds") or {}
-    out: dict[str, Any] = {}
+def propose(result: ClassResult) -> dict[str, float | list[float]]:
+    """Band and floor for one class result (from ``runner.run_class``): TOML key -> value."""
+    b = result.bounds or {}
+    out: dict[str, float | list[float]] = {}
     acc = b.get("accept_length")
     if acc and all(math.isfinite(x) for x in acc):
         low = max(1.0, math.floor((acc[0] - ACCEPT_MARGIN) * 20) / 20)
         high = math.ceil((acc[1] + ACCEPT_MARGIN) * 20) / 20
-        cap = result.get("roofline", {}).get("max_accept")
+        cap = result.roofline.max_accept if result.roofline else None
         out["accept"] = [round(low, 2), round(min(high, cap) if cap else high, 2)]
     eff = b.get("efficiency")
     if eff and math.isfinite(eff[0]):
@@ -26,13 +28,13 @@ def propose(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _format(value: Any) -> str:
+def _format(value: float | list[float]) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(f"{v:g}" for v in value) + "]"
     return f"{value:.2f}"
 
 
-def apply(text: str, table: str, values: dict[str, Any]) -> str:
+def apply(text: str, table: str, values: Mapping[str, float | list[float]]) -> str:
     """Set ``key = value`` inside ``[table]``, keeping every other line and comment as it was."""
     lines = text.splitlines(keepends=True)
     start = next((i for i, ln in enumerate(lines) if ln.split("#")[0].strip() == f"[{table}]"),

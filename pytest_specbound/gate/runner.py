@@ -12,16 +12,19 @@ from pytest_specbound.errors import ConfigError, ServerError
 from pytest_specbound.gate.budget import Budget, ClassBudget, ModelRef
 from pytest_specbound.gate.measure_lock import exclusive_measurement
 from pytest_specbound.gate.pool import ServerPool
+from pytest_specbound.gate.result import ClassResult, RooflineFigures
 from pytest_specbound.gate.settings import Settings
 from pytest_specbound.gate.verdict import Verdict, judge
+from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prompts import load_prompts
-from pytest_specbound.measure.sampler import Measurement, Sampler, Stop, measure
+from pytest_specbound.measure.sampler import Sampler, measure
 from pytest_specbound.measure.stats import bounds, look_level, look_schedule
 from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.physics.models import Model, load_model
 from pytest_specbound.physics.roofline import Roofline, compute_roofline
 from pytest_specbound.serving.connect import ServerConfig
-from pytest_specbound.serving.records import RequestRecord
+from pytest_specbound.serving.records import RequestRecord, ServerInfo
+from pytest_specbound.serving.server import fill
 
 
 @dataclass
@@ -54,7 +57,7 @@ class SequentialRule:
         self.last_level = look_level(self.confidence, len(self.schedule))
         self.last_bounds = bounds(records, self.roof.round_ms, self.last_level,
                                   self.roof.max_accept)
-        m = Measurement(backend="", records=list(records))
+        m = Measurement(backend="", records=records)
         status = judge(self.budget, m, self.roof, self.last_bounds).status
         if status in ("pass", "fail"):
             return Stop.DECIDED, (f"decided at look {self.looks} ({n} requests, level "
@@ -62,12 +65,6 @@ class SequentialRule:
         if n >= self.max_samples:
             return Stop.SAMPLE_BUDGET, f"sample budget of {self.max_samples} requests"
         return None
-
-
-def fill(text: str, values: dict[str, str]) -> str:
-    for key, value in values.items():
-        text = text.replace("{" + key + "}", value)
-    return text
 
 
 def needs_demo(budget: Budget) -> bool:
@@ -126,10 +123,9 @@ def worker_label() -> str:
                                    if os.environ.get("PYTEST_XDIST_WORKER") else "")
 
 
-def check_served_model(budget: Budget, info: dict[str, Any], roof: Roofline) -> None:
+def check_served_model(budget: Budget, info: ServerInfo, roof: Roofline) -> None:
     """The budget's model must be what the server serves (the ids it reports)."""
-    served = [str(m) for m in info.get("models") or [] if m] + (
-        [str(info["model_path"])] if info.get("model_path") else [])
+    served = [*info.models, *([info.model_path] if info.model_path else [])]
     if not served:
         return
     expected = [budget.model.served_name] if budget.model.served_name else [roof.model.name]
@@ -150,10 +146,11 @@ def run_class(
     budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings, pool: ServerPool,
     marker_server: dict[str, Any] | None = None,
     on_record: Callable[[Measurement], None] | None = None,
-    partial: Callable[[dict[str, Any]], None] | None = None,
+    partial: Callable[[ClassResult], None] | None = None,
     say: Callable[[str], None] | None = None,
-) -> tuple[dict[str, Any], Verdict]:
-    """Measure one class and judge it; returns the JSON-ready result and the verdict."""
+) -> ClassResult:
+    """Measure one class and judge it. ``partial`` sees the result so far after each request
+    (and once more, marked interrupted, when Ctrl-C or SIGTERM ends the measurement)."""
     values: dict[str, str] = {}
     if needs_demo(budget):
         from pytest_specbound.physics.demo import demo_models
@@ -162,83 +159,57 @@ def run_class(
     roof = roofline_for(budget, hw, values)
     cfg = server_config(budget, settings, marker_server)
     server, backend = pool.get(cfg, values, name=budget.path.stem)
-    m = Measurement(backend=backend.name)
-    result = base_result(budget, cls, hw, roof)
+    base = base_result(budget, cls, hw, roof)
     started = time.time()
     rule = SequentialRule(cls, roof, settings.confidence, settings.min_samples,
                           cls.samples or settings.samples)
-    try:
-        what = f"{budget.path.name}::{cls.name} ({worker_label()})"
-        with exclusive_measurement(measurement_identity(cfg), what, say):
-            m.info = backend.info(server.endpoint)
-            if cfg.check_model:
-                check_served_model(budget, m.info, roof)
-            sampler = Sampler(server.endpoint, backend, cfg.model_id, roof.max_accept)
+    what = f"{budget.path.name}::{cls.name} ({worker_label()})"
+    last = [Measurement(backend.name)]
 
-            def progress(cur: Measurement) -> None:
-                if on_record:
-                    on_record(cur)
-                if partial:
-                    partial(fill_result(result, cur, None, rule, started))
-
-            measure(sampler, load_prompts(cls.prompts, f"{budget.path}: classes.{cls.name}.prompts"),
-                    cls.max_tokens, rule, cls.warmup if cls.warmup is not None else settings.warmup,
-                    settings.max_seconds, progress, m)
-    except KeyboardInterrupt:
+    def progress(cur: Measurement) -> None:
+        last[0] = cur
+        if on_record and not cur.interrupted:
+            on_record(cur)
         if partial:
-            partial(fill_result(result, m, None, rule, started, interrupted=True))
+            partial(running_result(base, cur, rule, started))
+
+    try:
+        with exclusive_measurement(measurement_identity(cfg), what, say):
+            info = backend.info(server.endpoint)
+            if cfg.check_model:
+                check_served_model(budget, info, roof)
+            sampler = Sampler(server.endpoint, backend, cfg.model_id, roof.max_accept)
+            m = measure(sampler,
+                        load_prompts(cls.prompts, f"{budget.path}: classes.{cls.name}.prompts"),
+                        cls.max_tokens, rule,
+                        cls.warmup if cls.warmup is not None else settings.warmup,
+                        settings.max_seconds, progress, info=info)
+    except KeyboardInterrupt:  # before sampling began (lock, info, warm-up): say so too
+        if not last[0].interrupted:
+            progress(replace(last[0], stop=Stop.INTERRUPTED, stopped="interrupted",
+                             interrupted=True))
         raise
     if m.stop is Stop.TIME_BUDGET:  # stopped between looks: one more look at the same level
         rule.last_level = look_level(settings.confidence, len(rule.schedule))
         rule.last_bounds = bounds(m.records, roof.round_ms, rule.last_level, roof.max_accept)
     verdict = judge(cls, m, roof, rule.last_bounds)
-    return fill_result(result, m, verdict, rule, started), verdict
+    return replace(running_result(base, m, rule, started), verdict=verdict, partial=False)
 
 
-def base_result(budget: Budget, cls: ClassBudget, hw: Hardware, roof: Roofline) -> dict[str, Any]:
-    return {
-        "budget": str(budget.path),
-        "budget_sha256": budget.sha256,
-        "class": cls.name,
-        "hardware": hw.label,
-        "accept_band": list(cls.accept) if cls.accept else None,
-        "min_efficiency": cls.min_efficiency,
-        "min_tok_s": cls.min_tok_s,
-        "roofline": roof.to_dict(),
-        "model": roof.model.name,
-    }
+def base_result(budget: Budget, cls: ClassBudget, hw: Hardware, roof: Roofline) -> ClassResult:
+    """What a class result says before any request: the budget, the thresholds, the roofline."""
+    return ClassResult(
+        budget=str(budget.path), class_name=cls.name, hardware=hw.label,
+        verdict=Verdict("running"), budget_sha256=budget.sha256, model=roof.model.name,
+        accept_band=cls.accept, min_efficiency=cls.min_efficiency, min_tok_s=cls.min_tok_s,
+        roofline=RooflineFigures.of(roof), partial=True)
 
 
-def fill_result(result: dict[str, Any], m: Measurement, verdict: Verdict | None,
-                rule: SequentialRule, started: float, interrupted: bool = False) -> dict[str, Any]:
-    out = dict(result)
-    data = m.to_dict()
-    out.update({
-        "accept_length": data["accept_length"],
-        "accept_source": data["accept_source"],
-        "decode_tok_s": data["decode_tok_s"],
-        "server_decode_tok_s": data["server_decode_tok_s"],
-        "ttft_ms": data["ttft_ms"],
-        "samples": data["samples"],
-        "stopped": data["stopped"],
-        "clock_ratio": data["clock_ratio"],
-        "clock_note": data["clock_note"],
-        "server_timed": data["server_timed"],
-        "server_clock_note": data["server_clock_note"],
-        "untimed": data["untimed"],
-        "untimed_note": data["untimed_note"],
-        "server": data["server"],
-        "bounds": rule.last_bounds,
-        "confidence_level": rule.last_level or None,
-        "requests": data["requests"],
-        "elapsed_s": round(time.time() - started, 3),
-        "partial": verdict is None,
-        "interrupted": interrupted,
-    })
-    if verdict is not None:
-        out.update(verdict.to_dict())
-    else:
-        out.update({"verdict": "error" if interrupted else "running",
-                    "reasons": ["interrupted"] if interrupted else [], "roofline_tok_s": None,
-                    "efficiency": None, "floor_tok_s": None})
-    return out
+def running_result(base: ClassResult, m: Measurement, rule: SequentialRule,
+                   started: float) -> ClassResult:
+    """``base`` with the measurement so far; an interrupted one is an error saying so."""
+    verdict = Verdict("error", ["interrupted"], ("interrupted",)) if m.interrupted \
+        else base.verdict
+    return replace(base.with_measurement(m), verdict=verdict, bounds=rule.last_bounds,
+                   confidence_level=rule.last_level or None,
+                   elapsed_s=round(time.time() - started, 3), interrupted=m.interrupted)

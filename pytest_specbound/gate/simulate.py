@@ -31,7 +31,7 @@ def run_sequential(rng: random.Random, budget: ClassBudget, roof: Roofline, tok_
     """
     from pytest_specbound.gate.runner import SequentialRule
     from pytest_specbound.gate.verdict import judge
-    from pytest_specbound.measure.sampler import Measurement
+    from pytest_specbound.measure.measurement import Measurement
 
     rule = SequentialRule(budget, roof, confidence, min_samples, max_samples)
     records: list[RequestRecord] = []
@@ -50,7 +50,7 @@ def run_fixed(rng: random.Random, budget: ClassBudget, roof: Roofline, tok_s: fl
               noise: Sequence[float] | None = None) -> str:
     """Fixed-N run judged on the point estimate (how fixed-count benchmarks are read)."""
     from pytest_specbound.gate.verdict import judge
-    from pytest_specbound.measure.sampler import Measurement
+    from pytest_specbound.measure.measurement import Measurement
 
     records = [synthetic_record(rng, tok_s * (rng.choice(noise) if noise else 1.0), accept,
                                 tokens, 0.0 if noise else rate_sd) for _ in range(n)]

@@ -2,37 +2,45 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, get_args
 
 from pytest_specbound.gate.budget import ClassBudget
-from pytest_specbound.measure.sampler import Measurement, Stop
+from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.physics.render import one_line
 from pytest_specbound.physics.roofline import Roofline
 
-STATUSES = ("pass", "fail", "error", "skip", "inconclusive")
+Status = Literal["pass", "fail", "error", "skip", "inconclusive", "running"]
+STATUSES: tuple[Status, ...] = get_args(Status)  # "running": a result still being measured
+Diagnosis = Literal["drafter", "system", "both", "none"]
+Reason = Literal[
+    "request_failed", "untimed", "no_data", "no_accept", "setup", "interrupted",
+    "accept_below_band", "accept_above_band", "efficiency_below_min", "tok_s_below_min",
+    "ttft_above_max", "inconclusive",
+    "accept_estimated", "clock_disagreement", "server_clock_used", "untimed_retried",
+]
+REASONS: tuple[Reason, ...] = get_args(Reason)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Verdict:
-    status: str
-    lines: list[str] = field(default_factory=list)  # the failure text, one finding per line
-    reasons: list[str] = field(default_factory=list)  # machine-readable codes
-    diagnosis: str = "none"  # drafter | system | both | none
+    status: Status
+    lines: Sequence[str] = ()  # the failure text, one finding per line
+    reasons: Sequence[Reason] = ()  # machine-readable codes
+    diagnosis: Diagnosis = "none"
     roofline_tok_s: float | None = None
     floor_tok_s: float | None = None
     efficiency: float | None = None
     round_ms: float | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lines", tuple(self.lines))
+        object.__setattr__(self, "reasons", tuple(self.reasons))
+
     @property
     def text(self) -> str:
         return "\n".join(self.lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.status, "reasons": self.reasons, "diagnosis": self.diagnosis,
-                "text": self.lines, "roofline_tok_s": self.roofline_tok_s,
-                "floor_tok_s": self.floor_tok_s, "efficiency": self.efficiency,
-                "measured_round_ms": self.round_ms}
 
 
 def _band(b: tuple[float, float]) -> str:
@@ -49,29 +57,29 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
     if m.failures:
         first = m.failures[0].error
         return Verdict("error", [f"{len(m.failures)} of {len(m.records)} requests failed: {first}"],
-                       ["request_failed"])
+                       ("request_failed",))
     if m.stop is Stop.UNTIMED:
         return Verdict("error", [f"{len(m.untimed)} of {len(m.records) + len(m.untimed)} requests "
                                  f"could not be timed (more than the allowance of {m.max_untimed}):"
-                                 f" {m.untimed[0].untimed}"], ["untimed"])
+                                 f" {m.untimed[0].untimed}"], ("untimed",))
     accept, tok_s = m.accept_length, m.decode_tok_s
     if tok_s is None:
         return Verdict("error", ["no decode time measured (no request produced 2+ tokens)"],
-                       ["no_data"])
+                       ("no_data",))
     if accept is None:
         accept = 1.0 if roof.spec.method == "none" else None
     if accept is None:
         return Verdict("error", ["the server reported no accept statistics and the stream gave "
-                                 "no estimate"], ["no_accept"])
+                                 "no estimate"], ("no_accept",))
     accept_capped = min(accept, float(roof.max_accept))
     roof_tok_s = roof.tok_s(accept_capped)
     efficiency = tok_s / roof_tok_s
     round_ms = accept / tok_s * 1e3
-    v = Verdict("pass", roofline_tok_s=roof_tok_s, efficiency=efficiency, round_ms=round_ms)
     floor = budget.min_efficiency * roof_tok_s if budget.min_efficiency is not None else None
     if budget.min_tok_s is not None:
         floor = max(floor or 0.0, budget.min_tok_s)
-    v.floor_tok_s = floor
+    reasons: list[Reason] = []
+    lines: list[str] = []
     b = bounds or {}
     undecided: list[str] = []
 
@@ -90,8 +98,8 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
         where = ("below" if accept < budget.accept[0] else "above")
         if s == "bad":
             drafter = True
-            v.reasons.append(f"accept_{where}_band")
-            v.lines.append(f"accept {accept:.2f} is {where} its band {_band(budget.accept)}: "
+            reasons.append("accept_below_band" if where == "below" else "accept_above_band")
+            lines.append(f"accept {accept:.2f} is {where} its band {_band(budget.accept)}: "
                            "the drafter (or the prompts) changed")
         elif s == "unsure":
             undecided.append(f"accept {accept:.2f} vs band {_band(budget.accept)}")
@@ -99,13 +107,13 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
         s = side("efficiency", efficiency, budget.min_efficiency, None)
         if s == "bad":
             system = True
-            v.reasons.append("efficiency_below_min")
-            v.lines.append(
+            reasons.append("efficiency_below_min")
+            lines.append(
                 f"decode {tok_s:.1f} tok/s < floor {budget.min_efficiency * roof_tok_s:.1f} tok/s "
                 f"({budget.min_efficiency:.2f} x roofline {roof_tok_s:.1f} at accept {accept:.2f})")
             in_band = (f"; accept {accept:.2f} is inside {_band(budget.accept)}"
                        if budget.accept is not None and not drafter else "")
-            v.lines.append(f"per round {round_ms:.1f} ms vs roofline {roof.round_ms:.1f} ms: "
+            lines.append(f"per round {round_ms:.1f} ms vs roofline {roof.round_ms:.1f} ms: "
                            f"the system slowed down{in_band}")
         elif s == "unsure":
             undecided.append(f"efficiency {efficiency:.2f} vs min {budget.min_efficiency:.2f}")
@@ -113,36 +121,38 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
         s = side("decode_tok_s", tok_s, budget.min_tok_s, None)
         if s == "bad":
             system = True
-            v.reasons.append("tok_s_below_min")
-            v.lines.append(f"decode {tok_s:.1f} tok/s < min_tok_s {budget.min_tok_s:g}")
+            reasons.append("tok_s_below_min")
+            lines.append(f"decode {tok_s:.1f} tok/s < min_tok_s {budget.min_tok_s:g}")
         elif s == "unsure":
             undecided.append(f"decode {tok_s:.1f} tok/s vs min {budget.min_tok_s:g}")
-    ttft = m.ttft_ms()["median"]
+    ttft = m.ttft_ms().median
     if budget.max_ttft_ms is not None and ttft is not None and ttft > budget.max_ttft_ms:
         system = True
-        v.reasons.append("ttft_above_max")
-        v.lines.append(f"TTFT median {ttft:.0f} ms > max_ttft_ms {budget.max_ttft_ms:g}")
+        reasons.append("ttft_above_max")
+        lines.append(f"TTFT median {ttft:.0f} ms > max_ttft_ms {budget.max_ttft_ms:g}")
     if drafter and budget.min_efficiency is not None and not system:
-        v.lines.append(f"efficiency {efficiency:.2f} >= {budget.min_efficiency:.2f} is still fine: "
+        lines.append(f"efficiency {efficiency:.2f} >= {budget.min_efficiency:.2f} is still fine: "
                        "the system did not slow down")
-    v.diagnosis = "both" if drafter and system else "drafter" if drafter else \
+    diagnosis: Diagnosis = "both" if drafter and system else "drafter" if drafter else \
         "system" if system else "none"
+    status: Status = "pass"
     if drafter or system:
-        v.status = "fail"
+        status = "fail"
     elif undecided:
-        v.status = "inconclusive"
-        v.reasons.append("inconclusive")
-        v.lines.append("inconclusive at the sample budget: " + "; ".join(undecided))
+        status = "inconclusive"
+        reasons.append("inconclusive")
+        lines.append("inconclusive at the sample budget: " + "; ".join(undecided))
     if m.accept_source == "estimate":
-        v.reasons.append("accept_estimated")
-        v.lines.append("note: accept length is an estimate from stream timing (the server "
-                       "exposes no accept statistics)")
-    for code, note in (("clock_disagreement", m.clock_note()),
-                       ("server_clock_used", m.server_clock_note()),
-                       ("untimed_retried", m.untimed_note())):
+        reasons.append("accept_estimated")
+        lines.append("note: accept length is an estimate from stream timing (the server "
+                     "exposes no accept statistics)")
+    notes: tuple[tuple[Reason, str | None], ...] = (
+        ("clock_disagreement", m.clock_note()), ("server_clock_used", m.server_clock_note()),
+        ("untimed_retried", m.untimed_note()))
+    for code, note in notes:
         if note:
-            v.reasons.append(code)
-            v.lines.append("note: " + note)
-    if v.status != "pass":
-        v.lines.append("roofline: " + one_line(roof))
-    return v
+            reasons.append(code)
+            lines.append("note: " + note)
+    if status != "pass":
+        lines.append("roofline: " + one_line(roof))
+    return Verdict(status, lines, reasons, diagnosis, roof_tok_s, floor, efficiency, round_ms)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from pathlib import Path
 from typing import Any
+
+from pytest_specbound.atomic import write_json
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specbound" / "cpu.json"
 PROBE_BYTES = 512 * 1024 * 1024  # far above any last-level cache
@@ -63,13 +66,8 @@ def probe_cpu(refresh: bool = False) -> dict[str, Any]:
         "fp32_tflops": round(_matmul_tflops(np), 4),
         "source": f"measured on this host ({cores} cores): numpy read/copy and 1024^2 matmul",
     }
-    try:
-        CACHE.parent.mkdir(parents=True, exist_ok=True)
-        tmp = CACHE.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result))
-        tmp.replace(CACHE)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        write_json(CACHE, result)
     if override:
         result["bandwidth_gbs"] = float(override)
         result["source"] = "SPECBOUND_CPU_BANDWIDTH_GBS"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pytest_specbound.atomic import replacing
 from pytest_specbound.errors import ConfigError
 
 DEMO_DIR = Path(".specbound") / "demo"
@@ -23,16 +24,14 @@ def demo_models(root: Path | None = None) -> dict[str, str]:
     for key, name, geometry in (("demo_gguf", "target.gguf", TARGET),
                                 ("demo_draft_gguf", "draft.gguf", DRAFT)):
         path = base / name
-        if not path.is_file():
-            base.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
+        if not path.is_file():  # parallel workers may each write one; the last rename wins
             try:
-                write_llama_gguf(tmp, **geometry)  # type: ignore[arg-type]
+                with replacing(path) as tmp:
+                    write_llama_gguf(tmp, **geometry)  # type: ignore[arg-type]
             except ImportError:
                 raise ConfigError(
                     "{demo_gguf}: generating the demo model needs gguf and numpy: "
                     "pip install 'pytest-specbound[llamacpp]'"
                 ) from None
-            tmp.replace(path)
         out[key] = str(path)
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pytest_specbound.physics.roofline import Roofline
 
 LABELS = {
@@ -19,7 +21,12 @@ SHORT = {"weights": "weights", "kv_cache": "kv", "linear_state": "state", "compu
 
 def one_line(roof: Roofline) -> str:
     """``weights 35.2 | kv 0.0 | ... ms``, zero compute left out (it rarely applies at batch 1)."""
-    parts = [f"{SHORT[k]} {v:.1f}" for k, v in roof.components_ms.items()
+    return components_line(roof.components_ms)
+
+
+def components_line(components_ms: Mapping[str, float]) -> str:
+    """:func:`one_line` from the components alone (as a results file carries them)."""
+    parts = [f"{SHORT.get(k, k)} {v:.1f}" for k, v in components_ms.items()
              if k != "compute" or v > 0]
     return " | ".join(parts) + " ms"
 

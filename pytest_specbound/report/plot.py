@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from pytest_specbound.atomic import replacing
 from pytest_specbound.errors import ConfigError
+from pytest_specbound.gate.result import ClassResult
 
 
-def write_plot(path: Path, results: Sequence[dict[str, Any]]) -> None:
+def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
     try:
         import matplotlib
 
@@ -19,34 +20,33 @@ def write_plot(path: Path, results: Sequence[dict[str, Any]]) -> None:
         raise ConfigError("--specbound-plot needs matplotlib: pip install "
                           "'pytest-specbound[plot]'") from None
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str], list[ClassResult]] = {}
     for r in results:
-        if r.get("roofline") and r.get("decode_tok_s") is not None:
-            groups.setdefault((r["budget"], r["hardware"]), []).append(r)
+        if r.roofline and r.decode_tok_s is not None:
+            groups.setdefault((r.budget, r.hardware), []).append(r)
     for (budget, hw), rs in groups.items():
-        roof = rs[0]["roofline"]
-        round_ms = roof["round_ms"]
-        xs = [1 + i * (roof["max_accept"] - 1) / 50 for i in range(51)]
+        roof = rs[0].roofline
+        assert roof is not None
+        round_ms = roof.round_ms
+        xs = [1 + i * (roof.max_accept - 1) / 50 for i in range(51)]
         label = f"{Path(budget).stem} on {hw}"
         ax.plot(xs, [x / round_ms * 1e3 for x in xs], label=f"roofline ({label})")
-        effs = [r["min_efficiency"] for r in rs if r.get("min_efficiency")]
+        effs = [r.min_efficiency for r in rs if r.min_efficiency]
         if effs:
             e = min(effs)
             ax.plot(xs, [e * x / round_ms * 1e3 for x in xs], "--",
                     label=f"floor {e:.2f} x roofline")
         for r in rs:
-            color = "tab:green" if r.get("verdict") == "pass" else "tab:red"
-            ax.scatter([r["accept_length"] or 1.0], [r["decode_tok_s"]], color=color, zorder=3)
-            ax.annotate(f"{r['class']} {r['decode_tok_s']:.0f}", (r["accept_length"] or 1.0,
-                                                                  r["decode_tok_s"]),
-                        textcoords="offset points", xytext=(5, -12), fontsize=8)
+            color = "tab:green" if r.status == "pass" else "tab:red"
+            x, y = r.accept_length or 1.0, r.decode_tok_s or 0.0
+            ax.scatter([x], [y], color=color, zorder=3)
+            ax.annotate(f"{r.class_name} {y:.0f}", (x, y), textcoords="offset points",
+                        xytext=(5, -12), fontsize=8)
     ax.set_xlabel("accept length (tokens per verify step)")
     ax.set_ylabel("decode tok/s")
     ax.set_title("specbound: measured vs roofline")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
     plt.close(fig)
-    tmp.replace(path)

@@ -3,36 +3,57 @@
 from __future__ import annotations
 
 import datetime
+import json
 import platform
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from pytest_specbound import __version__
 from pytest_specbound.atomic import write_json
+from pytest_specbound.errors import SpecboundError
+from pytest_specbound.gate.result import ClassResult, basename
+
+RunInfo = Mapping[str, object]  # hardware, budgets and their hashes, servers, models, confidence
 
 SCHEMA_VERSION = 1
 
 
-def results_document(results: Sequence[dict[str, Any]], partial: bool,
-                     run: dict[str, Any]) -> dict[str, Any]:
+def results_document(results: Sequence[ClassResult], partial: bool,
+                     run: RunInfo) -> dict[str, object]:
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": f"pytest-specbound {__version__}",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "partial": partial,
-        "run": run,
-        "results": list(results),
+        "run": dict(run),
+        "results": [r.to_json() for r in results],
     }
 
 
-def write_results(path: Path, results: Sequence[dict[str, Any]], partial: bool,
-                  run: dict[str, Any]) -> None:
+def write_results(path: Path, results: Sequence[ClassResult], partial: bool,
+                  run: RunInfo) -> None:
     write_json(path, results_document(results, partial, run))
 
 
-def _stats(times: list[float]) -> dict[str, Any]:
+def read_results(path: Path) -> list[ClassResult]:
+    """The class results of a results file; a file that is not one is a one-line error."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpecboundError(f"{path}: not a specbound results file ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise SpecboundError(f"{path}: not a specbound results file (no 'results' list)")
+    out = []
+    for i, entry in enumerate(doc["results"]):
+        try:
+            out.append(ClassResult.from_json(entry if isinstance(entry, dict) else {}))
+        except ValueError as exc:
+            raise SpecboundError(f"{path}: results[{i}]: {exc}") from None
+    return out
+
+
+def _stats(times: list[float]) -> dict[str, object]:
     """pytest-benchmark's stats block over per-request seconds per decode token."""
     data = sorted(times)
     n = len(data)
@@ -49,30 +70,34 @@ def _stats(times: list[float]) -> dict[str, Any]:
             "data": data}
 
 
-def benchmark_document(results: Sequence[dict[str, Any]], run: dict[str, Any]) -> dict[str, Any]:
+def benchmark_document(results: Sequence[ClassResult], run: RunInfo) -> dict[str, object]:
     """A file ``pytest-benchmark compare`` loads; time unit = seconds per decode token."""
     benches = []
     for r in results:
-        per_token = [req["decode_s"] / max(1, req["completion_tokens"] - 1)
-                     for req in r.get("requests", []) if req.get("decode_s")]
-        name = f"{r['class']}[{r['hardware']}]"
+        per_token = [req.decode_s / max(1, req.completion_tokens - 1)
+                     for req in r.requests if req.decode_s]
+        name = f"{r.class_name}[{r.hardware}]"
+        v = r.verdict
         benches.append({
-            "group": Path(r["budget"]).name, "name": name,
-            "fullname": f"{r['budget']}::{name}", "params": {"hardware": r["hardware"]},
-            "param": r["hardware"], "options": {"timer": "perf_counter", "min_rounds": 1,
-                                                "max_time": 0, "disable_gc": False,
-                                                "warmup": False, "min_time": 0},
+            "group": basename(r.budget), "name": name,
+            "fullname": f"{r.budget}::{name}", "params": {"hardware": r.hardware},
+            "param": r.hardware, "options": {"timer": "perf_counter", "min_rounds": 1,
+                                             "max_time": 0, "disable_gc": False,
+                                             "warmup": False, "min_time": 0},
             "stats": _stats(per_token),
-            "extra_info": {k: r.get(k) for k in (
-                "accept_length", "accept_band", "accept_source", "decode_tok_s",
-                "roofline_tok_s", "floor_tok_s", "efficiency", "verdict", "reasons")},
+            "extra_info": {
+                "accept_length": r.accept_length,
+                "accept_band": list(r.accept_band) if r.accept_band else None,
+                "accept_source": r.accept_source, "decode_tok_s": r.decode_tok_s,
+                "roofline_tok_s": v.roofline_tok_s, "floor_tok_s": v.floor_tok_s,
+                "efficiency": v.efficiency, "verdict": v.status, "reasons": list(v.reasons)},
         })
     return {
         "machine_info": {"node": platform.node(), "processor": platform.processor(),
                          "machine": platform.machine(), "python_version": platform.python_version(),
                          "python_implementation": platform.python_implementation(),
                          "system": platform.system(), "release": platform.release(),
-                         "cpu": {}, "specbound": run},
+                         "cpu": {}, "specbound": dict(run)},
         "commit_info": {},
         "benchmarks": benches,
         "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -80,5 +105,5 @@ def benchmark_document(results: Sequence[dict[str, Any]], run: dict[str, Any]) -
     }
 
 
-def write_benchmark(path: Path, results: Sequence[dict[str, Any]], run: dict[str, Any]) -> None:
+def write_benchmark(path: Path, results: Sequence[ClassResult], run: RunInfo) -> None:
     write_json(path, benchmark_document(results, run))

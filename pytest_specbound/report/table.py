@@ -3,48 +3,41 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+from pytest_specbound.gate.result import ClassResult, basename
 
 HEADERS = ("class", "hardware", "accept [band]", "tok/s", "floor", "roofline", "efficiency",
            "verdict")
 
 
-def _num(value: Any, spec: str) -> str:
+def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def rows(results: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
+def rows(results: Sequence[ClassResult]) -> list[tuple[str, ...]]:
     out: list[tuple[str, ...]] = []
     for r in results:
-        band = r.get("accept_band")
-        accept = _num(r.get("accept_length"), ".2f")
-        if band:
-            accept += f" [{band[0]:g}, {band[1]:g}]"
-        if r.get("accept_source") == "estimate":
+        accept = _num(r.accept_length, ".2f")
+        if r.accept_band:
+            accept += f" [{r.accept_band[0]:g}, {r.accept_band[1]:g}]"
+        if r.accept_source == "estimate":
             accept += " (est.)"
+        v = r.verdict
         out.append((
-            f"{basename(r['budget'])}::{r['class']}", r["hardware"], accept,
-            _num(r.get("decode_tok_s"), ".1f"), _num(r.get("floor_tok_s"), ".1f"),
-            _num(r.get("roofline_tok_s"), ".1f"), _num(r.get("efficiency"), ".2f"),
-            str(r.get("verdict", "?")).upper(),
+            f"{basename(r.budget)}::{r.class_name}", r.hardware, accept,
+            _num(r.decode_tok_s, ".1f"), _num(v.floor_tok_s, ".1f"),
+            _num(v.roofline_tok_s, ".1f"), _num(v.efficiency, ".2f"), v.status.upper(),
         ))
     return out
 
 
-def basename(path: str) -> str:
-    return path.replace("\\", "/").rsplit("/", 1)[-1]
-
-
-NOTES = ("clock_note", "server_clock_note", "untimed_note")
-
-
-def notes(results: Sequence[dict[str, Any]]) -> list[str]:
+def notes(results: Sequence[ClassResult]) -> list[str]:
     """One line per timing note (clocks that disagree, server-timed or retried requests)."""
-    return [f"{basename(r['budget'])}::{r['class']}[{r['hardware']}]: {r[k]}"
-            for r in results for k in NOTES if r.get(k)]
+    return [f"{r.label}: {note}" for r in results
+            for note in (r.clock_note, r.server_clock_note, r.untimed_note) if note]
 
 
-def terminal(results: Sequence[dict[str, Any]]) -> str:
+def terminal(results: Sequence[ClassResult]) -> str:
     body = rows(results)
     widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(HEADERS)]
     line = "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=False))
@@ -54,16 +47,16 @@ def terminal(results: Sequence[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def markdown(results: Sequence[dict[str, Any]]) -> str:
+def markdown(results: Sequence[ClassResult]) -> str:
     out = ["### specbound", "", "| " + " | ".join(HEADERS) + " |",
            "|" + "|".join("---" for _ in HEADERS) + "|"]
     out += ["| " + " | ".join(row) + " |" for row in rows(results)]
     out += [f"\n- note: {line}" if i == 0 else f"- note: {line}"
             for i, line in enumerate(notes(results))]
-    failed = [r for r in results if r.get("verdict") not in ("pass", "skip")]
-    for r in failed:
+    for r in results:
+        if r.status in ("pass", "skip"):
+            continue
         out.append("")
-        out.append(f"**{basename(r['budget'])}::{r['class']}[{r['hardware']}]** "
-                   f"{str(r.get('verdict')).upper()}")
-        out += [f"- {line}" for line in r.get("text") or []]
+        out.append(f"**{r.label}** {r.status.upper()}")
+        out += [f"- {line}" for line in r.verdict.lines]
     return "\n".join(out) + "\n"

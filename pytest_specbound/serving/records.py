@@ -1,14 +1,18 @@
-"""Per-request measurement records (plain data, JSON-ready)."""
+"""Per-request measurement records: frozen, built once per request by the backend and sampler."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Literal, get_args
 
-ACCEPT_SOURCES = ("server", "metrics", "estimate", "none")
+AcceptSource = Literal["server", "metrics", "estimate", "none"]
+ACCEPT_SOURCES: tuple[AcceptSource, ...] = get_args(AcceptSource)
+Clock = Literal["client", "server"]  # whose clock a request's decode time is on
+JSONObject = Mapping[str, object]  # raw server fields, stored as the server sent them
 
 
-@dataclass
+@dataclass(frozen=True)
 class RequestRecord:
     """One streamed request as the client saw it, plus what the server said about it."""
 
@@ -16,18 +20,18 @@ class RequestRecord:
     completion_tokens: int = 0
     ttft_s: float = 0.0
     decode_s: float = 0.0  # first token to last token, client clock
-    chunk_times_s: list[float] = field(default_factory=list)  # since the request was sent
-    chunk_tokens: list[int] = field(default_factory=list)
-    chunk_reads: list[int] = field(default_factory=list)  # the socket read each chunk came in
+    chunk_times_s: tuple[float, ...] = ()  # since the request was sent
+    chunk_tokens: tuple[int, ...] = ()
+    chunk_reads: tuple[int, ...] = ()  # the socket read each chunk came in
     server_decode_s: float | None = None  # the server's own decode window, where it reports one
     server_decode_tok_s: float | None = None
     accept_length: float | None = None  # tokens per verify step, bonus included
-    accept_source: str = "none"
+    accept_source: AcceptSource = "none"
     error: str | None = None
     untimed: str | None = None  # why no clock could time this request (then it is retried)
-    clock: str = "client"  # whose clock decode_s is: "client", or "server" where the client's failed
+    clock: Clock = "client"  # "server" where the client's clock failed and the server's was used
     client_untimed: str | None = None  # why the client's clock failed (then clock is "server")
-    server: dict[str, Any] = field(default_factory=dict)  # raw per-request server fields
+    server: JSONObject = field(default_factory=dict)  # raw per-request server fields
 
     @property
     def ok(self) -> bool:
@@ -53,12 +57,51 @@ class RequestRecord:
     def decode_tok_s(self) -> float | None:
         return self.decode_tokens / self.decode_s if self.decode_s > 0 else None
 
-    def to_dict(self, chunks: bool = False) -> dict[str, Any]:
+    def to_json(self, chunks: bool = False) -> dict[str, object]:
+        """The record in the results JSON (chunk timings only when asked)."""
         data = asdict(self)
-        if not chunks:
-            data.pop("chunk_times_s")
-            data.pop("chunk_tokens")
-            data.pop("chunk_reads")
+        for key in ("chunk_times_s", "chunk_tokens", "chunk_reads"):
+            value = data.pop(key)
+            if chunks:
+                data[key] = list(value)
+        data["server"] = dict(self.server)
         data["decode_tok_s"] = self.decode_tok_s
         data["verify_steps"] = self.verify_steps
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> RequestRecord:
+        """A record read back from the results JSON (derived figures are recomputed)."""
+        names = cls.__dataclass_fields__
+        kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()
+                  if k in names}
+        return cls(**kwargs)  # type: ignore[arg-type]  # values as written by to_json
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a server says about itself: the models it serves, its version, its speculation."""
+
+    models: tuple[str, ...] = ()
+    version: str | None = None
+    speculative: JSONObject | None = None  # the server's own speculative settings, as given
+    model_path: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {"models": list(self.models)}
+        for key in ("version", "speculative", "model_path"):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = dict(value) if key == "speculative" else value
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object] | None) -> ServerInfo:
+        data = data or {}
+        models = data.get("models")
+        spec = data.get("speculative")
+        version, path = data.get("version"), data.get("model_path")
+        return cls(tuple(str(m) for m in models if m) if isinstance(models, list) else (),
+                   str(version) if version is not None else None,
+                   spec if isinstance(spec, Mapping) else None,
+                   str(path) if path is not None else None)

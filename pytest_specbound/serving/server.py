@@ -121,12 +121,13 @@ class LaunchSpec:
         values = {"host": self.host, "port": str(port), **self.placeholders}
         if self.shell:
             text = self.command if isinstance(self.command, str) else shlex.join(self.command)
-            return _fill(text, values)
+            return fill(text, values)
         parts = shlex.split(self.command) if isinstance(self.command, str) else list(self.command)
-        return [_fill(p, values) for p in parts]
+        return [fill(p, values) for p in parts]
 
 
-def _fill(text: str, values: Mapping[str, str]) -> str:
+def fill(text: str, values: Mapping[str, str]) -> str:
+    """``text`` with each ``{key}`` placeholder replaced by its value."""
     for key, value in values.items():
         text = text.replace("{" + key + "}", value)
     return text

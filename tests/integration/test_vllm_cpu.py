@@ -84,7 +84,7 @@ def test_accept_from_server_equals_prometheus_deltas(server, tiny_llama):
 
 def test_decode_rate_consistent_with_vllm_counters(server, tiny_llama):
     srv, _ = server
-    m, _, _, before_t, after_t = sample(srv, str(tiny_llama), n=4)
+    m, _, _, before_t, after_t = sample(srv, str(tiny_llama), n=12)  # averages out first-token jitter
     seconds = after_t[DECODE_SUM] - before_t[DECODE_SUM]
     requests = after_t[REQUESTS] - before_t[REQUESTS]
     assert requests == len(m.records)
@@ -97,7 +97,7 @@ def test_auto_backend_and_info(server):
 
     srv, _ = server
     assert identify(srv.endpoint) == "vllm"
-    assert VLLM().info(srv.endpoint)["version"].startswith("0.")
+    assert VLLM().info(srv.endpoint).version.startswith("0.")
 
 
 def test_teardown_leaves_no_process(tiny_llama, tmp_path):
@@ -122,9 +122,9 @@ def test_every_request_of_a_run_is_timed(server, tiny_llama, prompt_class):
     m = measure(sampler, load_prompts(prompt_class), 64, FixedCount(20), warmup=1)
     assert not m.failures, [r.error for r in m.failures]
     assert len(m.records) == 20 and m.stop is not None and m.stop.name == "FIXED_COUNT"
-    assert all(r.decode_s > 0 and r.server_decode_s for r in m.records), m.to_dict()["requests"]
+    assert all(r.decode_s > 0 and r.server_decode_s for r in m.records), m.to_json()["requests"]
     assert m.decode_tok_s and m.server_decode_tok_s
     client = [r for r in m.records if r.clock == "client"]
     if len(client) >= 5:  # pooled, the client's and the server's rates agree
         assert abs(m.clock_ratio - 1) <= 0.05, m.clock_ratio
-    assert len(m.records) - len(client) == m.to_dict()["server_timed"]
+    assert len(m.records) - len(client) == m.to_json()["server_timed"]

@@ -41,7 +41,7 @@ def test_xdist_workers_take_turns_on_one_server(pytester_env, tmp_path, monkeypa
         assert srv.max_in_flight == 1
     # the same figures either way: the intervals overlap once widened by the tolerance the
     # product allows between two clocks (two runs on a shared 2-core machine see different load)
-    from pytest_specbound.measure.sampler import CLOCK_TOLERANCE
+    from pytest_specbound.measure.measurement import CLOCK_TOLERANCE
 
     for name, r in parallel.items():
         low, high = r["bounds"]["decode_tok_s"]

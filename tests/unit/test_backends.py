@@ -69,7 +69,7 @@ def test_uneven_steps(family, steps):
 
 def test_sglang_native_cumulative_text_counts_tokens_per_chunk():
     m, _ = run("sglang", Script(steps=[3, 2, 4]), prompts=[Prompt(text="x")], samples=1)
-    assert m.records[0].chunk_tokens == [1, 3, 2, 4]
+    assert m.records[0].chunk_tokens == (1, 3, 2, 4)
 
 
 def test_vllm_request_is_deterministic_and_counts_ids():
@@ -77,7 +77,7 @@ def test_vllm_request_is_deterministic_and_counts_ids():
     body = srv.requests[-1]["body"]
     assert body["temperature"] == 0.0 and body["ignore_eos"] and body["min_tokens"] == 41
     assert body["return_token_ids"] and body["stream_options"]["include_usage"]
-    assert m.records[0].chunk_tokens == [1] + [4] * 10
+    assert m.records[0].chunk_tokens == (1,) + (4,) * 10
 
 
 def test_trtllm_gets_no_unknown_fields():
@@ -91,7 +91,7 @@ def test_decode_rate_and_ttft_follow_the_schedule():
     # busy the machine is, so the truth is the server's own clock, not the schedule.
     assert m.decode_tok_s < 410
     assert m.server_decode_tok_s == pytest.approx(m.decode_tok_s, rel=0.1)
-    assert m.ttft_ms()["median"] >= 50  # the scripted prefill sleep is a lower bound
+    assert m.ttft_ms().median >= 50  # the scripted prefill sleep is a lower bound
 
 
 @pytest.mark.parametrize("family", ["sglang", "vllm", "llamacpp", "trtllm", "tgi"])
@@ -103,4 +103,4 @@ def test_auto_identifies_family(family):
 def test_server_info_records_version():
     with FakeServer("sglang") as srv:
         info = get_backend("sglang").info(Endpoint(srv.url))
-    assert info["version"] == "0.5.23" and info["speculative"]["speculative_num_steps"] == 3
+    assert info.version == "0.5.23" and info.speculative["speculative_num_steps"] == 3

@@ -2,6 +2,7 @@ import json
 
 from pytest_specbound.cli import main
 from pytest_specbound.gate.calibrate import apply, propose
+from pytest_specbound.gate.result import ClassResult
 
 TEXT = """[classes.coding]  # the hard class
 prompts = "coding"
@@ -13,11 +14,16 @@ prompts = "chat"
 """
 
 
+def result(**fields):
+    """A class result as the results JSON has it (the keys a test cares about)."""
+    return ClassResult.from_json({"budget": "b.toml", "class": "c", "hardware": "h", **fields})
+
+
 def test_propose_rounds_outward_and_caps():
-    values = propose({"bounds": {"accept_length": [3.02, 3.31], "efficiency": [0.74, 0.8]},
-                      "roofline": {"max_accept": 4}})
+    values = propose(result(bounds={"accept_length": [3.02, 3.31], "efficiency": [0.74, 0.8]},
+                            roofline={"max_accept": 4}))
     assert values == {"accept": [2.9, 3.45], "min_efficiency": 0.69}
-    capped = propose({"bounds": {"accept_length": [3.8, 3.97]}, "roofline": {"max_accept": 4}})
+    capped = propose(result(bounds={"accept_length": [3.8, 3.97]}, roofline={"max_accept": 4}))
     assert capped["accept"][1] == 4
 
 
@@ -47,7 +53,8 @@ def test_report_merges_and_exit_code(tmp_path, capsys):
 def test_timing_notes_reach_the_summary_and_the_markdown():
     from pytest_specbound.report.table import markdown, terminal
 
-    r = {"budget": "budgets/b.toml", "class": "chat", "hardware": "h100", "verdict": "pass",
-         "clock_note": "client and server clocks disagree: the client's decode rate is +9% off"}
+    r = ClassResult.from_json({
+        "budget": "budgets/b.toml", "class": "chat", "hardware": "h100", "verdict": "pass",
+        "clock_note": "client and server clocks disagree: the client's decode rate is +9% off"})
     assert "note: b.toml::chat[h100]: client and server clocks disagree" in terminal([r])
     assert "- note: b.toml::chat[h100]: client and server clocks disagree" in markdown([r])

@@ -1,6 +1,6 @@
 import pytest
 
-from pytest_specbound.measure.sampler import Measurement
+from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.report.progress import Progress
 from pytest_specbound.serving.records import RequestRecord
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from pytest_specbound.measure.measurement import Stop
 from pytest_specbound.measure.prompts import load_prompts
-from pytest_specbound.measure.sampler import FixedCount, Sampler, Stop, measure, untimed_reason
+from pytest_specbound.measure.sampler import FixedCount, Sampler, measure, untimed_reason
 from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.records import RequestRecord
 from pytest_specbound.serving.transport import Endpoint
@@ -16,9 +19,9 @@ def test_tokens_in_too_few_reads_are_untimed():
     rec = RequestRecord(completion_tokens=41, ttft_s=0.01, chunk_times_s=[0.01] * 11,
                         chunk_tokens=[1] + [4] * 10, chunk_reads=[3] * 11)
     assert "40 decode tokens arrived in 0 socket reads" in untimed_reason(rec, 4)
-    rec.chunk_reads = [3, *range(4, 14)]  # one verify step per read: fine
+    rec = replace(rec, chunk_reads=(3, *range(4, 14)))  # one verify step per read: fine
     assert untimed_reason(rec, 4) is None
-    rec.chunk_reads = [3, *[4, 5] * 5]  # 40 tokens in 2 reads: more than 4 per verify step
+    rec = replace(rec, chunk_reads=(3, *[4, 5] * 5))  # 40 tokens in 2 reads: over 4 per step
     assert "in 2 socket reads" in untimed_reason(rec, 4)
 
 
@@ -35,7 +38,7 @@ def test_a_server_that_bursts_gets_its_own_clock_used_and_named():
     assert len(m.records) == 4 and not m.untimed
     assert all(r.clock == "server" and r.decode_s == r.server_decode_s > 0 for r in m.records)
     assert "4 of 4 requests timed on the server's clock" in m.server_clock_note()
-    assert m.ttft_ms()["median"] is None  # the client's TTFT of such requests is not trusted
+    assert m.ttft_ms().median is None  # the client's TTFT of such requests is not trusted
 
 
 def test_untimeable_requests_are_retried_then_the_class_is_an_error():
@@ -53,7 +56,7 @@ def test_untimeable_requests_are_retried_then_the_class_is_an_error():
     roof = compute_roofline(parse_hardware("h100"), load_model("llama-3.1-8b"),
                             parse_speculation("eagle3:3"))
     verdict = judge(ClassBudget("chat", "chat", 41, accept=(3.5, 4.0)), m, roof)
-    assert verdict.status == "error" and verdict.reasons == ["untimed"]
+    assert verdict.status == "error" and verdict.reasons == ("untimed",)
     assert verdict.lines[0].startswith("4 of 4 requests could not be timed (more than the "
                                        "allowance of 3): 40 decode tokens arrived in")
 

@@ -1,10 +1,12 @@
 """Verdict texts and diagnoses, on hand-made measurements (pure: no server)."""
 
+from dataclasses import replace
+
 import pytest
 
 from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.gate.verdict import judge
-from pytest_specbound.measure.sampler import Measurement
+from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.models import load_model
 from pytest_specbound.physics.roofline import compute_roofline
@@ -60,7 +62,7 @@ def test_both_moved(seed):
 def test_absolute_floors_and_ttft(seed):
     b = ClassBudget("c", "coding", 256, min_tok_s=60, max_ttft_ms=100)
     v = judge(b, measured(55, 3.08, ttft=0.2), seed)
-    assert v.reasons == ["tok_s_below_min", "ttft_above_max"]
+    assert v.reasons == ("tok_s_below_min", "ttft_above_max")
     assert "TTFT median 200 ms > max_ttft_ms 100" in v.lines
 
 
@@ -73,17 +75,18 @@ def test_intervals_make_it_inconclusive(seed):
 
 def test_failures_are_errors(seed):
     m = measured(55, 3.08)
-    m.records.append(RequestRecord(error="POST /generate: HTTP 503: overloaded"))
+    failed = RequestRecord(error="POST /generate: HTTP 503: overloaded")
+    m = replace(m, records=(*m.records, failed))
     v = judge(CODING, m, seed)
     assert v.status == "error"
-    assert v.lines == ["1 of 9 requests failed: POST /generate: HTTP 503: overloaded"]
+    assert v.lines == ("1 of 9 requests failed: POST /generate: HTTP 503: overloaded",)
 
 
 def test_estimate_is_flagged(seed):
     v = judge(CODING, measured(55, 3.08, source="estimate"), seed)
     assert v.status == "pass" and "accept_estimated" in v.reasons
-    assert v.lines == ["note: accept length is an estimate from stream timing (the server "
-                       "exposes no accept statistics)"]
+    assert v.lines == ("note: accept length is an estimate from stream timing (the server "
+                       "exposes no accept statistics)",)
 
 
 def test_accept_above_max_is_capped_for_the_roofline(seed):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_specbound.serving.prometheus import counter_totals
-from pytest_specbound.serving.records import RequestRecord
+from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.transport import Endpoint, StreamResult
 
 
@@ -76,11 +77,16 @@ class Backend:
     def is_final(self, obj: Any) -> bool:
         return bool(obj.get("usage")) and not obj.get("choices")
 
-    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> None:
-        """Fill server timings and per-request accept stats from the stream (default: none)."""
+    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> RequestRecord:
+        """``record`` with the server's timings and accept stats from the stream (default: none)."""
+        return record
 
     def parse(self, result: StreamResult) -> RequestRecord:
-        record = RequestRecord()
+        times: list[float] = []
+        tokens: list[int] = []
+        chunk_reads: list[int] = []
+        prompt_tokens: int | None = None
+        completion_tokens = 0
         state: dict[str, Any] = {}
         final = result.done
         reads = result.read_of_event or [0] * len(result.events)
@@ -89,14 +95,14 @@ class Backend:
                 continue
             n = self.event_tokens(obj, state)
             if n > 0:
-                record.chunk_times_s.append(t)
-                record.chunk_tokens.append(n)
-                record.chunk_reads.append(read_no)
+                times.append(t)
+                tokens.append(n)
+                chunk_reads.append(read_no)
             usage = obj.get("usage")
             if isinstance(usage, dict):
-                record.prompt_tokens = usage.get("prompt_tokens", record.prompt_tokens)
+                prompt_tokens = usage.get("prompt_tokens", prompt_tokens)
                 if "completion_tokens" in usage:
-                    record.completion_tokens = int(usage["completion_tokens"])
+                    completion_tokens = int(usage["completion_tokens"])
             final = final or self.is_final(obj)
         if not final:
             from pytest_specbound.errors import RequestError
@@ -104,13 +110,11 @@ class Backend:
             raise RequestError(
                 f"truncated stream: ended after {len(result.events)} events without the final one"
             )
-        if not record.completion_tokens:
-            record.completion_tokens = sum(record.chunk_tokens)
-        if record.chunk_times_s:
-            record.ttft_s = record.chunk_times_s[0]
-            record.decode_s = record.chunk_times_s[-1] - record.chunk_times_s[0]
-        self.server_fields(result.events, record)
-        return record
+        record = RequestRecord(
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens or sum(tokens),
+            ttft_s=times[0] if times else 0.0, decode_s=times[-1] - times[0] if times else 0.0,
+            chunk_times_s=tuple(times), chunk_tokens=tuple(tokens), chunk_reads=tuple(chunk_reads))
+        return self.server_fields(result.events, record)
 
     # -- accept fallbacks ----------------------------------------------------------------
     def scrape(self, endpoint: Endpoint) -> dict[str, float] | None:
@@ -127,15 +131,28 @@ class Backend:
         """Accept length from counter deltas around one request (concurrency 1)."""
         return None
 
-    def server_clock_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> None:
-        """Fill the server's decode time from counter deltas where it has no per-request field."""
+    def server_clock_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> RequestRecord:
+        """``record`` with the server's decode time from counter deltas, where the server has no
+        per-request field for it (default: unchanged)."""
+        return record
 
     # -- identity ------------------------------------------------------------------------
-    def info(self, endpoint: Endpoint) -> dict[str, Any]:
+    def info(self, endpoint: Endpoint) -> ServerInfo:
         """Server version, model ids and speculative settings, where the server exposes them."""
+        return ServerInfo(models=self.served_models(endpoint))
+
+    def served_models(self, endpoint: Endpoint) -> tuple[str, ...]:
         models = endpoint.get_json(self.models_path) or {}
-        ids = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
-        return {"models": ids}
+        return tuple(str(m["id"]) for m in models.get("data", [])
+                     if isinstance(m, dict) and m.get("id"))
+
+
+def with_info(info: ServerInfo, version: Any = None, speculative: Any = None,
+              model_path: Any = None) -> ServerInfo:
+    """``info`` with the fields a server reported (None and empty values left out)."""
+    return replace(info, version=str(version) if version is not None else None,
+                   speculative=dict(speculative) if speculative else None,
+                   model_path=str(model_path) if model_path else None)
 
 
 def tokens_per_forward(decode_tokens: float, accepted_drafts: float) -> float | None:
@@ -148,7 +165,7 @@ def tokens_per_forward(decode_tokens: float, accepted_drafts: float) -> float | 
     return decode_tokens / forwards if forwards > 0 else None
 
 
-def burst_accept(times: list[float], decode_tokens: int, chunks_are_steps: bool) -> float | None:
+def burst_accept(times: Sequence[float], decode_tokens: int, chunks_are_steps: bool) -> float | None:
     """Estimate tokens per verify step from the stream alone (flagged as an estimate).
 
     Where each chunk is one verify step, it is tokens per chunk after the first. Where the server

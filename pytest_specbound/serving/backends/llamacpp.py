@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.serving.backends.base import Backend, Prompt, tokens_per_forward
-from pytest_specbound.serving.records import RequestRecord
+from pytest_specbound.serving.backends.base import Backend, Prompt, tokens_per_forward, with_info
+from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.transport import Endpoint
 
 ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
@@ -65,39 +66,35 @@ class LlamaCpp(Backend):
     def is_final(self, obj: Any) -> bool:
         return bool(obj.get("stop")) or "timings" in obj or super().is_final(obj)
 
-    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> None:
+    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> RequestRecord:
         timings = next((o["timings"] for _, o in reversed(events)
                         if isinstance(o, dict) and isinstance(o.get("timings"), dict)), None)
         if timings is None:
-            return
-        record.server = {"timings": timings}
+            return record
+        changes: dict[str, Any] = {"server": {"timings": timings}}
         n = int(timings.get("predicted_n", 0))
         if n:
-            record.completion_tokens = n
+            changes["completion_tokens"] = n
         if timings.get("prompt_n") is not None:
-            record.prompt_tokens = int(timings["prompt_n"]) + int(timings.get("cache_n", 0))
+            changes["prompt_tokens"] = int(timings["prompt_n"]) + int(timings.get("cache_n", 0))
         ms = float(timings.get("predicted_ms", 0.0))
         if ms > 0:
-            record.server_decode_s = ms / 1e3
-            record.server_decode_tok_s = float(timings.get("predicted_per_second", 0.0)) or None
+            changes["server_decode_s"] = ms / 1e3
+            changes["server_decode_tok_s"] = float(timings.get("predicted_per_second", 0.0)) or None
         if "draft_n" in timings:
             accept = tokens_per_forward(n - 1, int(timings.get("draft_n_accepted", 0)))
             if accept is not None:
-                record.accept_length, record.accept_source = accept, "server"
+                changes.update(accept_length=accept, accept_source="server")
+        return replace(record, **changes)
 
     def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
         drafts = delta.get(DRAFTS, 0.0)
         return 1 + delta.get(ACCEPTED, 0.0) / drafts if drafts > 0 else None
 
-    def info(self, endpoint: Endpoint) -> dict[str, Any]:
-        info = super().info(endpoint)
+    def info(self, endpoint: Endpoint) -> ServerInfo:
         props = endpoint.get_json("/props") or {}
-        info["version"] = props.get("build_info")
         settings = props.get("default_generation_settings") or {}
         params = settings.get("params") or {}
         spec = {k: v for k, v in params.items() if k.startswith("speculative")}
-        if spec:
-            info["speculative"] = spec
-        if props.get("model_path"):
-            info["model_path"] = props["model_path"]
-        return info
+        return with_info(super().info(endpoint), props.get("build_info"), spec,
+                         props.get("model_path"))

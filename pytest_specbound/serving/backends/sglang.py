@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from pytest_specbound.serving.backends.base import Backend, Prompt
-from pytest_specbound.serving.records import RequestRecord
+from pytest_specbound.serving.backends.base import Backend, Prompt, with_info
+from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.transport import Endpoint
 
 GEN_TOKENS = "sglang:generation_tokens_total"
@@ -45,32 +46,33 @@ class SGLang(Backend):
             return True
         return super().is_final(obj)
 
-    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> None:
+    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> RequestRecord:
         spec: dict[str, Any] | None = None
         for _, o in events:
             if not isinstance(o, dict):
                 continue
             meta = o.get("meta_info")
             if isinstance(meta, dict):
-                record.completion_tokens = int(meta.get("completion_tokens",
-                                                        record.completion_tokens))
-                record.prompt_tokens = meta.get("prompt_tokens", record.prompt_tokens)
+                record = replace(
+                    record,
+                    completion_tokens=int(meta.get("completion_tokens", record.completion_tokens)),
+                    prompt_tokens=meta.get("prompt_tokens", record.prompt_tokens))
                 if "spec_verify_ct" in meta:
                     spec = meta
             details = (o.get("sglext") or {}).get("spec_tokens_details")
             if isinstance(details, dict):
                 spec = details
         if spec is None:
-            return
-        record.server = {"spec": spec}
+            return record
+        changes: dict[str, Any] = {"server": {"spec": spec}}
         verify = int(spec.get("spec_verify_ct", 0))
         if verify > 0:
             # spec_accept_length = completion_tokens / verify counts the prefill token too;
             # the unbiased per-step value leaves it out.
-            record.accept_length = record.decode_tokens / verify
-            record.accept_source = "server"
+            changes.update(accept_length=record.decode_tokens / verify, accept_source="server")
         if isinstance(spec.get("decode_throughput"), (int, float)):
-            record.server_decode_tok_s = float(spec["decode_throughput"])
+            changes["server_decode_tok_s"] = float(spec["decode_throughput"])
+        return replace(record, **changes)
 
     def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
         verify = delta.get(VERIFY_CALLS, 0.0)
@@ -78,11 +80,7 @@ class SGLang(Backend):
             return None
         return (delta.get(GEN_TOKENS, 0.0) - 1) / verify  # one finished request, less prefill
 
-    def info(self, endpoint: Endpoint) -> dict[str, Any]:
-        info = super().info(endpoint)
+    def info(self, endpoint: Endpoint) -> ServerInfo:
         server = endpoint.get_json("/server_info") or endpoint.get_json("/get_server_info") or {}
-        info["version"] = server.get("version")
         spec = {k: v for k, v in server.items() if k.startswith("speculative_") and v is not None}
-        if spec:
-            info["speculative"] = spec
-        return info
+        return with_info(super().info(endpoint), server.get("version"), spec)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pytest_specbound.serving.backends.base import Backend, Prompt
-from pytest_specbound.serving.records import RequestRecord
+from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.transport import Endpoint
 
 SKIPPED_SUM = "tgi_request_skipped_tokens_sum"
@@ -38,12 +39,13 @@ class TGI(Backend):
     def is_final(self, obj: Any) -> bool:
         return obj.get("details") is not None or super().is_final(obj)
 
-    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> None:
+    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> RequestRecord:
         for _, o in events:
             details = o.get("details") if isinstance(o, dict) else None
             if isinstance(details, dict) and "generated_tokens" in details:
-                record.completion_tokens = int(details["generated_tokens"])
-                record.server = {"details": details}
+                record = replace(record, completion_tokens=int(details["generated_tokens"]),
+                                 server={"details": details})
+        return record
 
     def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
         # one observation per generation step, the prefill step included (it records 0):
@@ -51,6 +53,8 @@ class TGI(Backend):
         steps = delta.get(SKIPPED_COUNT, 0.0) - 1
         return 1 + delta.get(SKIPPED_SUM, 0.0) / steps if steps > 0 else None
 
-    def info(self, endpoint: Endpoint) -> dict[str, Any]:
+    def info(self, endpoint: Endpoint) -> ServerInfo:
         data = endpoint.get_json("/info") or {}
-        return {"models": [data.get("model_id")], "version": data.get("version")}
+        model, version = data.get("model_id"), data.get("version")
+        return ServerInfo(models=(str(model),) if model else (),
+                          version=str(version) if version is not None else None)

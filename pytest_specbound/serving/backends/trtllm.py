@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
-from pytest_specbound.serving.backends.base import Backend
-from pytest_specbound.serving.records import RequestRecord
+from pytest_specbound.serving.backends.base import Backend, with_info
+from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.transport import Endpoint
 
 ACCEPTED = "numAcceptedTokens"
@@ -24,16 +25,16 @@ class TRTLLM(Backend):
         body["stream_options"]["continuous_usage_stats"] = True
         return path, body  # extra="forbid": no fields beyond the protocol's own
 
-    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> None:
+    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> RequestRecord:
         value = None
         for _, o in events:
             for c in (o.get("choices") or []) if isinstance(o, dict) else []:
                 if c.get("avg_decoded_tokens_per_iter") is not None:
                     value = float(c["avg_decoded_tokens_per_iter"])
-        if value is not None:
-            record.server = {"avg_decoded_tokens_per_iter": value}
-            record.accept_length = value
-            record.accept_source = "server"
+        if value is None:
+            return record
+        return replace(record, server={"avg_decoded_tokens_per_iter": value},
+                       accept_length=value, accept_source="server")
 
     def scrape(self, endpoint: Endpoint) -> dict[str, float] | None:
         """Drain the iteration-stats queue (JSON ``/metrics``) and sum its spec counters."""
@@ -56,8 +57,6 @@ class TRTLLM(Backend):
         steps = delta.get(WITH_DRAFT, 0.0)
         return (delta.get(ACCEPTED, 0.0) + steps) / steps if steps > 0 else None
 
-    def info(self, endpoint: Endpoint) -> dict[str, Any]:
-        info = super().info(endpoint)
+    def info(self, endpoint: Endpoint) -> ServerInfo:
         version = endpoint.get_json("/version") or {}
-        info["version"] = version.get("version")
-        return info
+        return with_info(super().info(endpoint), version.get("version"))

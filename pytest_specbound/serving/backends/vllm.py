@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from pytest_specbound.serving.backends.base import Backend, tokens_per_forward
-from pytest_specbound.serving.records import RequestRecord
+from pytest_specbound.serving.backends.base import Backend, tokens_per_forward, with_info
+from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.transport import Endpoint
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -22,23 +23,24 @@ class VLLM(Backend):
     def extra_fields(self, max_tokens: int) -> dict[str, Any]:
         return {"ignore_eos": True, "min_tokens": max_tokens, "return_token_ids": True}
 
-    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> None:
+    def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> RequestRecord:
         metrics = next((o["metrics"] for _, o in reversed(events)
                         if isinstance(o, dict) and isinstance(o.get("metrics"), dict)), None)
         if metrics is None:
-            return
-        record.server = {"metrics": metrics}
+            return record
+        changes: dict[str, Any] = {"server": {"metrics": metrics}}
         gen_ms = metrics.get("generation_time_ms")
         if isinstance(gen_ms, (int, float)) and gen_ms > 0:
-            record.server_decode_s = gen_ms / 1e3
-            record.server_decode_tok_s = record.decode_tokens / record.server_decode_s
+            changes.update(server_decode_s=gen_ms / 1e3,
+                           server_decode_tok_s=record.decode_tokens / (gen_ms / 1e3))
         spec = metrics.get("speculative_decoding")
         if isinstance(spec, dict) and spec.get("num_accepted_draft_tokens") is not None:
             # vLLM's mean_acceptance_length averages over steps that drafted; the roofline needs
             # tokens per target forward (a forward that drafted nothing still reads every weight)
             accept = tokens_per_forward(record.decode_tokens, int(spec["num_accepted_draft_tokens"]))
             if accept is not None:
-                record.accept_length, record.accept_source = accept, "server"
+                changes.update(accept_length=accept, accept_source="server")
+        return replace(record, **changes)
 
     def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
         # same definition as the per-request field: decode tokens over target forwards
@@ -47,20 +49,18 @@ class VLLM(Backend):
         decode = delta.get(GENERATED, 0.0) - 1  # one request; its first token is prefill
         return tokens_per_forward(decode, delta.get(ACCEPTED, 0.0))
 
-    def server_clock_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> None:
+    def server_clock_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> RequestRecord:
         # the decode-time histogram's sum grows by exactly this request's decode time (one
         # request at a time: the measurement lock); per-request generation_time_ms wins if given
         seconds = delta.get(DECODE_SUM, 0.0)
         if record.server_decode_s is None and seconds > 0:
-            record.server_decode_s = seconds
-            record.server_decode_tok_s = record.decode_tokens / seconds
+            return replace(record, server_decode_s=seconds,
+                           server_decode_tok_s=record.decode_tokens / seconds)
+        return record
 
-    def info(self, endpoint: Endpoint) -> dict[str, Any]:
-        info = super().info(endpoint)
+    def info(self, endpoint: Endpoint) -> ServerInfo:
         version = endpoint.get_json("/version") or {}
-        info["version"] = version.get("version")
         server = endpoint.get_json("/server_info") or {}  # VLLM_SERVER_DEV_MODE=1 only
         spec = (server.get("vllm_config") or {}).get("speculative_config")
-        if spec:
-            info["speculative"] = spec
-        return info
+        return with_info(super().info(endpoint), version.get("version"),
+                         spec if isinstance(spec, dict) else None)

@@ -1,0 +1,240 @@
+"""The result of one class measurement, typed, and its one JSON form (results schema 1).
+
+Everything that reports a class (results JSON, JUnit properties, the benchmark JSON, the terminal
+and markdown tables, the plot, ``specbound calibrate``) reads a :class:`ClassResult`; only
+:meth:`ClassResult.to_json` / :meth:`ClassResult.from_json` know the JSON keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+from pytest_specbound.gate.verdict import REASONS, STATUSES, Diagnosis, Reason, Status, Verdict
+from pytest_specbound.measure.measurement import Measurement, Ttft
+from pytest_specbound.physics.roofline import Roofline
+from pytest_specbound.serving.records import (
+    ACCEPT_SOURCES,
+    AcceptSource,
+    JSONObject,
+    RequestRecord,
+    ServerInfo,
+)
+
+Bounds = Mapping[str, tuple[float, float]]  # metric -> confidence interval at the last look
+DIAGNOSES: tuple[Diagnosis, ...] = ("drafter", "system", "both", "none")
+
+
+@dataclass(frozen=True)
+class RooflineFigures:
+    """The roofline as a result carries it (what :meth:`Roofline.to_dict` gives)."""
+
+    round_ms: float
+    components_ms: Mapping[str, float]
+    ceiling_tok_s: float
+    max_accept: int
+    bound: str
+    speculative: str
+    context: int
+    batch: int
+    accept: float | None = None
+    expected_tok_s: float | None = None
+    hardware: JSONObject = field(default_factory=dict)
+    model: JSONObject = field(default_factory=dict)
+    draft_model: JSONObject | None = None
+
+    @classmethod
+    def of(cls, roof: Roofline) -> RooflineFigures:
+        return cls.from_json(roof.to_dict())
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, object]) -> RooflineFigures:
+        comps = d.get("components_ms")
+        draft = d.get("draft_model")
+        return cls(
+            round_ms=_float(d, "round_ms") or 0.0,
+            components_ms={str(k): float(cast(float, v)) for k, v in comps.items()}
+            if isinstance(comps, Mapping) else {},
+            ceiling_tok_s=_float(d, "ceiling_tok_s") or 0.0,
+            max_accept=int(cast(int, d.get("max_accept") or 1)),
+            bound=str(d.get("bound") or ""), speculative=str(d.get("speculative") or ""),
+            context=int(cast(int, d.get("context") or 0)), batch=int(cast(int, d.get("batch") or 1)),
+            accept=_float(d, "accept"), expected_tok_s=_float(d, "expected_tok_s"),
+            hardware=_object(d, "hardware"), model=_object(d, "model"),
+            draft_model=draft if isinstance(draft, Mapping) else None,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {"round_ms": self.round_ms, "components_ms": dict(self.components_ms),
+                "ceiling_tok_s": self.ceiling_tok_s, "accept": self.accept,
+                "max_accept": self.max_accept, "expected_tok_s": self.expected_tok_s,
+                "bound": self.bound, "speculative": self.speculative, "context": self.context,
+                "batch": self.batch, "hardware": dict(self.hardware), "model": dict(self.model),
+                "draft_model": dict(self.draft_model) if self.draft_model is not None else None}
+
+
+@dataclass(frozen=True)
+class ClassResult:
+    """One prompt class of one budget on one hardware: what was asked, measured and decided."""
+
+    budget: str
+    class_name: str
+    hardware: str
+    verdict: Verdict
+    budget_sha256: str | None = None
+    model: str | None = None
+    accept_band: tuple[float, float] | None = None
+    min_efficiency: float | None = None
+    min_tok_s: float | None = None
+    roofline: RooflineFigures | None = None
+    accept_length: float | None = None
+    accept_source: AcceptSource = "none"
+    decode_tok_s: float | None = None
+    server_decode_tok_s: float | None = None
+    ttft_ms: Ttft = field(default_factory=Ttft)
+    samples: int = 0
+    stopped: str = ""
+    clock_ratio: float | None = None
+    clock_note: str | None = None
+    server_timed: int = 0
+    server_clock_note: str | None = None
+    untimed: int = 0
+    untimed_note: str | None = None
+    server: ServerInfo = field(default_factory=ServerInfo)
+    bounds: Bounds | None = None
+    confidence_level: float | None = None
+    requests: Sequence[RequestRecord] = ()
+    elapsed_s: float | None = None
+    partial: bool = False
+    interrupted: bool = False
+    nodeid: str | None = None
+
+    def __getitem__(self, key: str) -> object:
+        """The results-JSON view: ``result["decode_tok_s"]`` reads what the results file says
+        (for tests written against the JSON keys; attributes are the typed way)."""
+        data = self.to_json()
+        if key not in data:
+            raise KeyError(f"{key!r} is not a results key; valid: {', '.join(data)}")
+        return data[key]
+
+    @property
+    def status(self) -> Status:
+        return self.verdict.status
+
+    @property
+    def label(self) -> str:
+        """``budget.toml::class[hardware]``, as the summary names a result."""
+        return f"{basename(self.budget)}::{self.class_name}[{self.hardware}]"
+
+    def with_measurement(self, m: Measurement) -> ClassResult:
+        """This result with ``m``'s figures (a running result shows the requests so far)."""
+        from dataclasses import replace
+
+        return replace(
+            self, accept_length=m.accept_length, accept_source=m.accept_source,
+            decode_tok_s=m.decode_tok_s, server_decode_tok_s=m.server_decode_tok_s,
+            ttft_ms=m.ttft_ms(), samples=len(m.records), stopped=m.stopped,
+            clock_ratio=m.clock_ratio, clock_note=m.clock_note(), server_timed=m.server_timed,
+            server_clock_note=m.server_clock_note(), untimed=len(m.untimed),
+            untimed_note=m.untimed_note(), server=m.info, requests=tuple(m.records))
+
+    # -- the one JSON form ---------------------------------------------------------------
+    def to_json(self) -> dict[str, object]:
+        v = self.verdict
+        return {
+            "budget": self.budget, "budget_sha256": self.budget_sha256, "class": self.class_name,
+            "hardware": self.hardware,
+            "accept_band": list(self.accept_band) if self.accept_band else None,
+            "min_efficiency": self.min_efficiency, "min_tok_s": self.min_tok_s,
+            "roofline": self.roofline.to_json() if self.roofline else None, "model": self.model,
+            "accept_length": self.accept_length, "accept_source": self.accept_source,
+            "decode_tok_s": self.decode_tok_s, "server_decode_tok_s": self.server_decode_tok_s,
+            "ttft_ms": {"median": self.ttft_ms.median, "p90": self.ttft_ms.p90},
+            "samples": self.samples, "stopped": self.stopped, "clock_ratio": self.clock_ratio,
+            "clock_note": self.clock_note, "server_timed": self.server_timed,
+            "server_clock_note": self.server_clock_note, "untimed": self.untimed,
+            "untimed_note": self.untimed_note, "server": self.server.to_json(),
+            "bounds": {k: list(b) for k, b in self.bounds.items()} if self.bounds else None,
+            "confidence_level": self.confidence_level,
+            "requests": [r.to_json() for r in self.requests], "elapsed_s": self.elapsed_s,
+            "partial": self.partial, "interrupted": self.interrupted,
+            "verdict": v.status, "reasons": list(v.reasons), "diagnosis": v.diagnosis,
+            "text": list(v.lines), "roofline_tok_s": v.roofline_tok_s,
+            "floor_tok_s": v.floor_tok_s, "efficiency": v.efficiency,
+            "measured_round_ms": v.round_ms, "nodeid": self.nodeid,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, object]) -> ClassResult:
+        """A result read back (from a worker, or a results file); raises ValueError if malformed."""
+        try:
+            return cls._from_json(d)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not a class result ({type(exc).__name__}: {exc})") from None
+
+    @classmethod
+    def _from_json(cls, d: Mapping[str, object]) -> ClassResult:
+        status = str(d.get("verdict") or "error")
+        diagnosis = str(d.get("diagnosis") or "none")
+        verdict = Verdict(
+            status if status in STATUSES else "error",
+            [str(x) for x in _list(d, "text")],
+            [cast(Reason, str(x)) for x in _list(d, "reasons") if str(x) in REASONS],
+            diagnosis if diagnosis in DIAGNOSES else "none",
+            _float(d, "roofline_tok_s"), _float(d, "floor_tok_s"), _float(d, "efficiency"),
+            _float(d, "measured_round_ms"))
+        band = d.get("accept_band")
+        roof = d.get("roofline")
+        ttft = _object(d, "ttft_ms")
+        raw_bounds = d.get("bounds")
+        source = str(d.get("accept_source") or "none")
+        return cls(
+            budget=str(d["budget"]), class_name=str(d["class"]), hardware=str(d["hardware"]),
+            verdict=verdict, budget_sha256=_str(d, "budget_sha256"), model=_str(d, "model"),
+            accept_band=(float(band[0]), float(band[1])) if isinstance(band, list) else None,
+            min_efficiency=_float(d, "min_efficiency"), min_tok_s=_float(d, "min_tok_s"),
+            roofline=RooflineFigures.from_json(roof) if isinstance(roof, Mapping) else None,
+            accept_length=_float(d, "accept_length"),
+            accept_source=source if source in ACCEPT_SOURCES else "none",
+            decode_tok_s=_float(d, "decode_tok_s"),
+            server_decode_tok_s=_float(d, "server_decode_tok_s"),
+            ttft_ms=Ttft(_float(ttft, "median"), _float(ttft, "p90")),
+            samples=int(cast(int, d.get("samples") or 0)), stopped=str(d.get("stopped") or ""),
+            clock_ratio=_float(d, "clock_ratio"), clock_note=_str(d, "clock_note"),
+            server_timed=int(cast(int, d.get("server_timed") or 0)),
+            server_clock_note=_str(d, "server_clock_note"),
+            untimed=int(cast(int, d.get("untimed") or 0)), untimed_note=_str(d, "untimed_note"),
+            server=ServerInfo.from_json(_object(d, "server")),
+            bounds={str(k): (float(v[0]), float(v[1])) for k, v in raw_bounds.items()}
+            if isinstance(raw_bounds, Mapping) else None,
+            confidence_level=_float(d, "confidence_level"),
+            requests=tuple(RequestRecord.from_json(r) for r in _list(d, "requests")
+                           if isinstance(r, Mapping)),
+            elapsed_s=_float(d, "elapsed_s"), partial=bool(d.get("partial")),
+            interrupted=bool(d.get("interrupted")), nodeid=_str(d, "nodeid"),
+        )
+
+
+def basename(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _float(d: Mapping[str, object], key: str) -> float | None:
+    value = d.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _str(d: Mapping[str, object], key: str) -> str | None:
+    value = d.get(key)
+    return str(value) if value is not None else None
+
+
+def _list(d: Mapping[str, object], key: str) -> list[object]:
+    value = d.get(key)
+    return list(value) if isinstance(value, list) else []
+
+
+def _object(d: Mapping[str, object], key: str) -> Mapping[str, object]:
+    value = d.get(key)
+    return value if isinstance(value, Mapping) else {}

@@ -1,0 +1,85 @@
+"""What a pytest run writes about its classes: the results JSON (kept current while it runs),
+the benchmark JSON, the plot, the CI step summary, and the terminal summary's lines."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from pytest_specbound.gate.result import ClassResult, basename
+from pytest_specbound.gate.settings import Settings
+from pytest_specbound.physics.hardware import Hardware
+from pytest_specbound.physics.render import components_line
+from pytest_specbound.report.results import RunInfo
+
+
+class Outputs:
+    """The finished and running class results of one run, and every file made from them."""
+
+    def __init__(self, settings: Settings, hardware: Callable[[], Hardware | None]) -> None:
+        self.settings = settings
+        self._hardware = hardware
+        self.results: list[ClassResult] = []
+        self.running: dict[str, ClassResult] = {}  # nodeid -> the result so far
+
+    def __bool__(self) -> bool:
+        return bool(self.results or self.running)
+
+    def finished(self, result: ClassResult) -> None:
+        self.results.append(result)
+        self.write_json(partial=True)
+
+    def run_info(self) -> RunInfo:
+        hw = self._hardware()
+        return {"hardware": hw.describe() if hw else None,
+                "budgets": {r.budget: r.budget_sha256 for r in self.results},
+                "servers": {r.budget: r.server.to_json() for r in self.results},
+                "models": sorted({r.model for r in self.results if r.model}),
+                "confidence": self.settings.confidence}
+
+    def write_json(self, partial: bool) -> None:
+        """The results file, atomically; running classes are in it, marked partial."""
+        path = self.settings.json_path
+        if not path:
+            return
+        from pytest_specbound.report.results import write_results
+
+        rows = self.results + list(self.running.values())
+        write_results(path, rows, partial or bool(self.running), self.run_info())
+
+    def write_extras(self) -> None:
+        s = self.settings
+        if s.benchmark_json:
+            from pytest_specbound.report.results import write_benchmark
+
+            write_benchmark(s.benchmark_json, self.results, self.run_info())
+        if s.plot:
+            from pytest_specbound.report.plot import write_plot
+
+            write_plot(s.plot, self.results)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            from pytest_specbound.report.table import markdown
+
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(markdown(self.results))
+
+    def summary_lines(self) -> list[str]:
+        """The terminal summary: the table, one roofline line per model and hardware, the file."""
+        from pytest_specbound.report.table import terminal
+
+        lines = terminal(self.results).splitlines()
+        seen = set()
+        for r in self.results:
+            key = (r.budget, r.hardware)
+            if key in seen or r.roofline is None:
+                continue
+            seen.add(key)
+            roof = r.roofline
+            lines.append(f"roofline {r.model} ({basename(r.budget)}) on {r.hardware}: "
+                         f"{roof.round_ms:.1f} ms per round = {components_line(roof.components_ms)}"
+                         f", bound: {roof.bound}")
+        if self.settings.json_path:
+            lines.append(f"specbound results: {Path(self.settings.json_path)}")
+        return lines
