@@ -42,17 +42,24 @@ def hardware_from_args(spec: str, catalog_file: str | None, origin: str = "--hw"
     return parse_hardware(spec, extra, origin)
 
 
+ROOFLINE_FLAGS = {"spec": "--spec", "draft_model": "--draft-model", "batch": "--batch",
+                  "context": "--context", "overhead_ms": "--overhead-ms"}
+
+
 def cmd_roofline(args: argparse.Namespace) -> int:
     from pytest_specbound.physics import render
+    from pytest_specbound.physics.dtypes import canonical_dtype
     from pytest_specbound.physics.models import load_model
     from pytest_specbound.physics.roofline import compute_roofline
     from pytest_specbound.physics.speculative import parse_speculation
 
     hw = hardware_from_args(args.hw, args.hw_catalog)
-    model = load_model(args.model, args.dtype)
-    spec = parse_speculation(args.spec)
+    dtype = canonical_dtype(args.dtype, "--dtype") if args.dtype else None
+    model = load_model(args.model, dtype, "--model")
+    spec = parse_speculation(args.spec, origin="--spec")
     draft = load_model(args.draft_model, origin="--draft-model") if args.draft_model else None
-    roof = compute_roofline(hw, model, spec, draft, args.context, args.batch, args.overhead_ms)
+    roof = compute_roofline(hw, model, spec, draft, args.context, args.batch, args.overhead_ms,
+                            ROOFLINE_FLAGS)
     if args.accept is not None and args.accept > roof.max_accept:
         raise SpecboundError(
             f"--accept={args.accept:g}: above the most one round can emit with "
@@ -147,7 +154,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from pytest_specbound.physics.speculative import parse_speculation
     from pytest_specbound.serving.connect import ServerConfig, open_server
 
-    max_accept = parse_speculation(args.spec).max_accept if args.spec else DEFAULT_MAX_ACCEPT
+    max_accept = (parse_speculation(args.spec, origin="--spec").max_accept if args.spec
+                  else DEFAULT_MAX_ACCEPT)
     prompts = load_prompts(args.prompts, "--prompts")
     max_tokens = args.max_tokens or default_max_tokens(args.prompts)
     cfg = ServerConfig(backend=args.backend, url=args.url, launch=args.launch,

@@ -444,7 +444,7 @@ def specbound_model(request: pytest.FixtureRequest) -> Model:
     from pytest_specbound.gate.runner import resolve_model
 
     budget, _ = _marker_budget(request, {})
-    return resolve_model(budget.model, {}, budget.path.parent, "specbound marker: model")
+    return resolve_model(budget.model, {}, budget.path.parent, budget.origin("model"))
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,12 @@ class Budget:
     batch: int = 1
     sha256: str = ""
     server_origin: str = "[server]"  # where the server settings were written, for errors
+    # where each value was written (file:line: key, or the marker keyword), for errors at run
+    # time: "model", "draft_model", and compute_roofline's keys ("spec", "batch", ...)
+    origins: Mapping[str, str] = field(default_factory=dict)
+
+    def origin(self, key: str) -> str:
+        return self.origins.get(key, f"{self.path}: {key}")
 
     @property
     def check_model(self) -> bool:
@@ -178,10 +185,7 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
     if model.dtype:
         from pytest_specbound.physics.dtypes import canonical_dtype
 
-        try:
-            canonical_dtype(model.dtype)
-        except ConfigError as exc:
-            raise w.error("model", "dtype", str(exc).split(": ", 1)[1]) from None
+        canonical_dtype(model.dtype, w.name("model", "dtype"))  # names file:line: model.dtype
 
     spec_t = w.table(data, "speculative", required=False)
     w.check_keys("speculative", spec_t, SPEC_KEYS)
@@ -243,6 +247,11 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
         batch=int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1)),
         sha256=sha256,
         server_origin=w.name("server", ""),
+        origins={"model": w.name("model", given[0]),
+                 "draft_model": w.name("speculative", "draft_model"),
+                 "spec": w.name("speculative", "method"),
+                 **{k: w.name("roofline", k) for k in ROOFLINE_KEYS},
+                 **{f"classes.{n}.prompts": w.name(f"classes.{n}", "prompts") for n in classes}},
     )
 
 

@@ -84,11 +84,11 @@ def resolve_model(ref: ModelRef, values: dict[str, str], base: Path, origin: str
 
 def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str]) -> Roofline:
     base = budget.path.parent
-    model = resolve_model(budget.model, values, base, f"{budget.path}: model")
-    draft = (resolve_model(budget.draft_model, values, base, f"{budget.path}: speculative.draft_model")
+    model = resolve_model(budget.model, values, base, budget.origin("model"))
+    draft = (resolve_model(budget.draft_model, values, base, budget.origin("draft_model"))
              if budget.draft_model else None)
     return compute_roofline(hw, model, budget.speculation, draft, budget.context, budget.batch,
-                            budget.overhead_ms)
+                            budget.overhead_ms, budget.origins)
 
 
 def server_config(budget: Budget, settings: Settings, marker_server: dict[str, Any] | None) -> ServerConfig:
@@ -180,7 +180,7 @@ def run_class(
                 check_served_model(budget, info, roof)
             sampler = Sampler(server.endpoint, backend, cfg.model_id, roof.max_accept)
             m = measure(sampler,
-                        load_prompts(cls.prompts, f"{budget.path}: classes.{cls.name}.prompts"),
+                        load_prompts(cls.prompts, budget.origin(f"classes.{cls.name}.prompts")),
                         cls.max_tokens, rule,
                         cls.warmup if cls.warmup is not None else settings.warmup,
                         settings.max_seconds, progress, info=info)

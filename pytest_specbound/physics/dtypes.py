@@ -28,7 +28,7 @@ ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp
            "q5_k_m": "q5_k", "nvfp4": "fp4", "w4a16": "int4", "w8a16": "int8"}
 
 
-def canonical_dtype(name: str, origin: str = "--dtype") -> str:
+def canonical_dtype(name: str, origin: str = "dtype") -> str:
     """Normalise a dtype name, raising a one-line error listing the valid names."""
     key = name.strip().lower()
     key = ALIASES.get(key, key)
@@ -40,6 +40,6 @@ def canonical_dtype(name: str, origin: str = "--dtype") -> str:
     return key
 
 
-def bytes_per_param(name: str, origin: str = "--dtype") -> float:
+def bytes_per_param(name: str, origin: str = "dtype") -> float:
     """Bytes per weight for ``name``, scale overhead included."""
     return DTYPES[canonical_dtype(name, origin)][0]

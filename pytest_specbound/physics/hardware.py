@@ -117,7 +117,7 @@ def _lookup(name: str, table: dict[str, dict[str, Any]]) -> tuple[str, dict[str,
 
 
 def parse_hardware(
-    spec: str, extra: dict[str, dict[str, Any]] | None = None, origin: str = "--hw"
+    spec: str, extra: dict[str, dict[str, Any]] | None = None, origin: str = "hardware"
 ) -> Hardware:
     """Resolve ``a6000x2``, ``h100-sxmx8``, ``cpu`` or ``auto`` to a :class:`Hardware`."""
     text = spec.strip().lower()

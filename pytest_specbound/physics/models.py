@@ -34,7 +34,7 @@ def _catalog_lookup(name: str) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def load_model(spec: str, dtype: str | None = None, origin: str = "--model") -> Model:
+def load_model(spec: str, dtype: str | None = None, origin: str = "model") -> Model:
     """Resolve a catalog name, a config.json / safetensors index / model folder, or a GGUF file."""
     found = _catalog_lookup(spec)
     if found:

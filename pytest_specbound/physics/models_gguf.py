@@ -79,7 +79,7 @@ def gguf_config(reader: Any, path: Path) -> tuple[str, dict[str, Any]]:
     return arch, cfg
 
 
-def load_gguf(path: Path, origin: str = "--model") -> Model:
+def load_gguf(path: Path, origin: str = "model") -> Model:
     """Read the metadata and tensor table of a GGUF file (no weights are loaded)."""
     try:
         import gguf

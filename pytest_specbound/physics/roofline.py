@@ -7,6 +7,7 @@ verified, so ``tok/s = accept_length / round_time``. The batch ``B`` enters as t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from pytest_specbound.physics.geometry import Model
 from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.physics.speculative import Speculation
 
+ORIGIN_KEYS = ("spec", "draft_model", "batch", "context", "overhead_ms")
 COMPONENTS = ("weights", "kv_cache", "linear_state", "compute", "allreduce", "draft", "overhead")
 DEFAULT_CONTEXT = 500  # the seed profile's sequence length
 DEFAULT_OVERHEAD_MS = 0.5  # scheduler and sampling per round (seed profile)
@@ -120,7 +122,8 @@ def _bf16(num_bytes: float, model: Model) -> float:
 
 
 def _draft_ms(
-    hw: Hardware, model: Model, spec: Speculation, draft: Model | None, context: int, batch: int
+    hw: Hardware, model: Model, spec: Speculation, draft: Model | None, context: int, batch: int,
+    names: Mapping[str, str],
 ) -> float:
     m = spec.method
     if m in ("none", "ngram"):
@@ -128,7 +131,8 @@ def _draft_ms(
     if m == "mtp":
         if model.mtp_bytes <= 0:
             raise ConfigError(
-                f"--spec=mtp: model '{model.name}' has no MTP head; use eagle3, draft, ngram or none"
+                f"{names['spec']}={spec.label}: model '{model.name}' has no MTP head; use eagle3, "
+                "draft, ngram or none"
             )
         return spec.steps * (_ms(model.mtp_bytes, hw) + _allreduce_ms(hw, model, batch, 1))
     if m in ("eagle", "eagle3"):
@@ -138,7 +142,8 @@ def _draft_ms(
         return spec.steps * (_ms(step, hw) + _allreduce_ms(hw, model, batch, 1))
     if m == "draft":
         if draft is None:
-            raise ConfigError("--spec=draft needs --draft-model (catalog name, config.json or .gguf)")
+            raise ConfigError(f"{names['spec']}={spec.label} needs {names['draft_model']} "
+                              "(catalog name, config.json or .gguf)")
         one = compute_roofline(hw, draft, Speculation("none", 0, 0), None, context, batch, 0.0)
         return spec.steps * one.round_ms
     # dflash: one block-drafter forward per round
@@ -158,14 +163,20 @@ def compute_roofline(
     context: int = DEFAULT_CONTEXT,
     batch: int = 1,
     overhead_ms: float = DEFAULT_OVERHEAD_MS,
+    names: Mapping[str, str] | None = None,
 ) -> Roofline:
-    """Per-round breakdown for ``batch`` sequences each verifying ``spec.verify_tokens`` tokens."""
+    """Per-round breakdown for ``batch`` sequences each verifying ``spec.verify_tokens`` tokens.
+
+    ``names`` says where each input came from, for errors (``spec``, ``draft_model``, ``batch``,
+    ``context``, ``overhead_ms``: a flag, or a budget's file:line: key); default: the key itself.
+    """
+    names = {**{k: k for k in ORIGIN_KEYS}, **(names or {})}
     if batch < 1:
-        raise ConfigError(f"--batch={batch}: must be at least 1")
+        raise ConfigError(f"{names['batch']}={batch}: must be at least 1")
     if context < 0:
-        raise ConfigError(f"--context={context}: must be >= 0")
+        raise ConfigError(f"{names['context']}={context}: must be >= 0")
     if overhead_ms < 0:
-        raise ConfigError(f"--overhead-ms={overhead_ms}: must be >= 0")
+        raise ConfigError(f"{names['overhead_ms']}={overhead_ms}: must be >= 0")
     tokens = spec.verify_tokens * batch
     v = _verify(hardware, model, tokens, context, batch)
     memory = v["weights"] + v["kv_cache"] + v["linear_state"]
@@ -175,7 +186,7 @@ def compute_roofline(
         "linear_state": v["linear_state"],
         "compute": max(0.0, v["compute_total"] - memory),
         "allreduce": _allreduce_ms(hardware, model, tokens, model.n_layers),
-        "draft": _draft_ms(hardware, model, spec, draft_model, context, batch),
+        "draft": _draft_ms(hardware, model, spec, draft_model, context, batch, names),
         "overhead": overhead_ms,
     }
     bound = "compute" if v["compute_total"] > memory else "memory"

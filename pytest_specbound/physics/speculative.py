@@ -37,7 +37,7 @@ class Speculation:
 
 def parse_speculation(
     spec: str | None, steps: int | None = None, draft_tokens: int | None = None,
-    origin: str = "--spec",
+    origin: str = "speculation",
 ) -> Speculation:
     """Parse ``mtp:3``, ``eagle3:6:10`` (tree of 10 tokens, depth 6), ``none``..."""
     text = (spec or "none").strip().lower()

@@ -87,3 +87,34 @@ def test_jsonl_prompts_relative_to_budget(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         load_budget(write(tmp_path, BASE.replace("[classes.coding]",
                                                  '[classes.coding]\nprompts = "nope.jsonl"')))
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    # errors found only when the class runs still name the budget's file, line and key
+    ('name = "qwen3.6-27b"', 'name = "llama-3.1-8b"',
+     "b.toml:5: speculative.method=mtp:3: model 'llama-3.1-8b' has no MTP head"),
+    ('name = "qwen3.6-27b"', 'name = "gpt-9"', "b.toml:3: model.name=gpt-9: unknown model"),
+    ('name = "qwen3.6-27b"', 'config = "missing/config.json"',
+     "b.toml:3: model.config=missing/config.json: cannot read"),
+])
+def test_run_time_errors_name_the_budget_line(tmp_path, old, new, needle):
+    from pytest_specbound.gate.runner import roofline_for
+    from pytest_specbound.physics.hardware import parse_hardware
+
+    b = load_budget(write(tmp_path, BASE.replace(old, new)))
+    with pytest.raises(ConfigError) as exc:
+        roofline_for(b, parse_hardware("h100"), {})
+    assert needle in str(exc.value) and "--" not in str(exc.value)
+
+
+def test_a_marker_value_is_named_by_its_keyword(tmp_path):
+    from pytest_specbound.gate.markers import marker_budget
+    from pytest_specbound.gate.runner import roofline_for
+    from pytest_specbound.physics.hardware import parse_hardware
+
+    b, _ = marker_budget({"prompt_class": "chat", "model": "llama-3.1-8b", "speculative": "mtp:3",
+                          "server": {"url": "http://127.0.0.1:1"}},
+                         "t.py::test_x", tmp_path / "t.py", tmp_path)
+    with pytest.raises(ConfigError, match=r"t.py::test_x: specbound\(speculative='mtp:3'\)=mtp:3: "
+                                          "model 'llama-3.1-8b' has no MTP head"):
+        roofline_for(b, parse_hardware("h100"), {})
