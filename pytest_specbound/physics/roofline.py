@@ -189,6 +189,14 @@ def compute_roofline(
         "draft": _draft_ms(hardware, model, spec, draft_model, context, batch, names),
         "overhead": overhead_ms,
     }
-    bound = "compute" if v["compute_total"] > memory else "memory"
-    return Roofline(hardware, model, spec, components, bound, context, batch, draft_model)
+    return Roofline(hardware, model, spec, components, _bound(v["compute_total"], memory, components),
+                    context, batch, draft_model)
+
+
+def _bound(compute_total: float, memory: float, components: Mapping[str, float]) -> str:
+    """What the round's time mostly is: the target's memory read or compute, or, where one of
+    them is larger, the allreduce, the drafter or the scheduler constant (a tiny model)."""
+    parts = {"memory": memory, "compute": compute_total, "allreduce": components["allreduce"],
+             "draft": components["draft"], "scheduler overhead": components["overhead"]}
+    return max(parts, key=lambda k: parts[k])
 

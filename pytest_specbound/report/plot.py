@@ -1,7 +1,9 @@
-"""tok/s against accept length: the roofline line, the floor line, each class's measured point."""
+"""tok/s against accept length: the roofline and floor lines, each class's measured point with its
+intervals (accept and tok/s, from the last look) and its accept band; labels never overlap."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +23,7 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
                           "'pytest-specbound[plot]'") from None
     fig, ax = plt.subplots(figsize=(7, 4.5))
     groups: dict[tuple[str, str], list[ClassResult]] = {}
+    points: list[tuple[float, float, str]] = []
     for r in results:
         if r.roofline and r.decode_tok_s is not None:
             groups.setdefault((r.budget, r.hardware), []).append(r)
@@ -39,9 +42,20 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
         for r in rs:
             color = "tab:green" if r.status == "pass" else "tab:red"
             x, y = r.accept_length or 1.0, r.decode_tok_s or 0.0
-            ax.scatter([x], [y], color=color, zorder=3)
-            ax.annotate(f"{r.class_name} {y:.0f}", (x, y), textcoords="offset points",
-                        xytext=(5, -12), fontsize=8)
+            if r.accept_band:  # the band, drawn at the class's measured rate
+                ax.hlines(y, *r.accept_band, colors=color, alpha=0.25, linewidth=6)
+            b = r.bounds or {}
+            xerr = _err(x, b.get("accept_length"))
+            yerr = _err(y, b.get("decode_tok_s"))
+            ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="o", color=color, capsize=3,
+                        zorder=3)
+            points.append((x, y, f"{r.class_name} {y:.0f}"))
+    ax.autoscale_view()
+    scale = 72.0 / fig.dpi  # display pixels -> points, the unit of annotation offsets
+    shown = [ax.transData.transform((x, y)) * scale for x, y, _ in points]
+    for (x, y, text), dy in zip(points, label_offsets([(float(a), float(b)) for a, b in shown]),
+                                strict=True):
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(6, dy), fontsize=8)
     ax.set_xlabel("accept length (tokens per verify step)")
     ax.set_ylabel("decode tok/s")
     ax.set_title("specbound: measured vs roofline")
@@ -50,3 +64,28 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
     with replacing(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
     plt.close(fig)
+
+
+def _err(value: float, interval: tuple[float, float] | None) -> list[list[float]] | None:
+    """An asymmetric error bar from an interval (None when there is none, or it is unbounded)."""
+    if not interval or not all(math.isfinite(v) for v in interval):
+        return None
+    return [[max(0.0, value - interval[0])], [max(0.0, interval[1] - value)]]
+
+
+LABEL_PT = 11.0  # one line of 8-point text
+
+
+def label_offsets(points: Sequence[tuple[float, float]], width: float = 70.0) -> list[float]:
+    """Vertical offsets for labels at ``points`` (display positions, in points) so that no two
+    labels closer than ``width`` horizontally overlap: each moves down until it is clear."""
+    placed: list[tuple[float, float]] = []  # (x, y of the label's baseline)
+    offsets = [0.0] * len(points)
+    for i in sorted(range(len(points)), key=lambda k: -points[k][1]):  # the highest point first
+        x, y = points[i]
+        dy = -12.0
+        while any(abs(x - px) < width and abs((y + dy) - py) < LABEL_PT for px, py in placed):
+            dy -= LABEL_PT
+        placed.append((x, y + dy))
+        offsets[i] = dy
+    return offsets

@@ -58,3 +58,14 @@ def test_timing_notes_reach_the_summary_and_the_markdown():
         "clock_note": "client and server clocks disagree: the client's decode rate is +9% off"})
     assert "note: b.toml::chat[h100]: client and server clocks disagree" in terminal([r])
     assert "- note: b.toml::chat[h100]: client and server clocks disagree" in markdown([r])
+
+
+def test_plot_labels_of_close_points_do_not_overlap():
+    from pytest_specbound.report.plot import LABEL_PT, label_offsets
+
+    points = [(100.0, 200.0), (104.0, 201.0), (98.0, 199.0), (400.0, 200.0)]
+    offsets = label_offsets(points)
+    ys = [y + dy for (_, y), dy in zip(points[:3], offsets[:3], strict=True)]
+    assert all(abs(a - b) >= LABEL_PT for i, a in enumerate(ys) for b in ys[i + 1:])
+    assert offsets[1] == -12.0 and offsets[3] == -12.0  # the highest, and one far away: in place
+    assert ys[1] > ys[0] > ys[2]  # labels keep the points' vertical order

@@ -83,3 +83,15 @@ def test_allreduce_zero_on_one_gpu():
     roof = compute_roofline(parse_hardware("a6000"), load_model("qwen3.6-27b"),
                             parse_speculation("mtp:3"))
     assert roof.components_ms["allreduce"] == 0.0
+
+
+def test_bound_names_the_scheduler_constant_when_it_dominates(tmp_path):
+    import json
+
+    tiny = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
+            "num_attention_heads": 4, "vocab_size": 300, "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(tiny))
+    roof = compute_roofline(parse_hardware("h100"), load_model(str(tmp_path / "config.json")),
+                            parse_speculation("ngram:3"), overhead_ms=0.5)
+    assert roof.components_ms["overhead"] > roof.components_ms["weights"]
+    assert roof.bound == "scheduler overhead"
