@@ -5,6 +5,10 @@ from collections.abc import Iterator
 
 import pytest
 
+# Imported here, in the outer process, so that pytester's in-process runs never import them
+# anew: its module snapshot drops what an inner run imported, and a second run then mixes two
+# generations of http.cookiejar inside requests ("You can only merge into CookieJar").
+import pytest_specbound.serving.transport  # noqa: F401
 from tests.servers.fake import FakeServer, Script
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
