@@ -6,9 +6,12 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_specbound.errors import SpecboundError
+
+if TYPE_CHECKING:
+    from pytest_specbound.measure.measurement import Measurement
 
 FORMATS = ("table", "json", "markdown")
 
@@ -188,14 +191,14 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def _measure_table(m: Any) -> str:
+def _measure_table(m: Measurement) -> str:
     ttft = m.ttft_ms()
     lines = [
         f"backend {m.backend}  requests {len(m.records)} (failed {len(m.failures)})",
         f"accept length {_fmt(m.accept_length)} ({m.accept_source})",
         f"decode {_fmt(m.decode_tok_s, '.1f')} tok/s (server clock "
         f"{_fmt(m.server_decode_tok_s, '.1f')})",
-        f"TTFT median {_fmt(ttft['median'], '.1f')} ms, p90 {_fmt(ttft['p90'], '.1f')} ms",
+        f"TTFT median {_fmt(ttft.median, '.1f')} ms, p90 {_fmt(ttft.p90, '.1f')} ms",
     ]
     lines += [f"note: {n}" for n in (m.clock_note(), m.server_clock_note(), m.untimed_note()) if n]
     lines += [f"failed: {r.error}" for r in m.failures]

@@ -120,3 +120,20 @@ def test_console_script_entry_point():
     proc = subprocess.run([sys.executable, "-m", "pytest_specbound.cli", *SEED, "--format", "json"],
                           capture_output=True, text=True, check=True)
     assert json.loads(proc.stdout)["bound"] == "memory"
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_measure_prints_either_format(capsys, fmt):
+    from tests.servers.fake import FakeServer, Script
+
+    with FakeServer("llamacpp", Script(steps=[4] * 10, step_s=0.002)) as srv:
+        code, out, err = run(capsys, "measure", "--url", srv.url, "--backend", "llamacpp",
+                             "--samples", "3", "--max-tokens", "41", "--format", fmt)
+    assert code == 0, err
+    if fmt == "json":
+        data = json.loads(out)
+        assert data["samples"] == 3 and data["ttft_ms"]["median"] > 0
+        assert data["accept_length"] == pytest.approx(4.0)
+    else:
+        assert "requests 3 (failed 0)" in out and "TTFT median" in out
+        assert "accept length 4.00 (server)" in out
