@@ -20,7 +20,7 @@ MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
 SPEC_KEYS = {"method", "steps", "draft_tokens", "draft_model", "draft_dtype"}
 SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", "api_key_env",
                "host", "port", "env", "cwd", "model_id", "check_model", "ca_bundle"}
-ROOFLINE_KEYS = {"context", "overhead_ms", "batch"}
+ROOFLINE_KEYS = {"context", "overhead_ms", "batch", "threads"}
 CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
               "samples", "warmup"}
 
@@ -59,6 +59,7 @@ class Budget:
     context: int = 500
     overhead_ms: float = 0.5
     batch: int = 1
+    threads: int | None = None  # CPU: threads the server computes with (default: from its launch)
     sha256: str = ""
     server_origin: str = "[server]"  # where the server settings were written, for errors
     # where each value was written (file:line: key, or the marker keyword), for errors at run
@@ -245,6 +246,7 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
         context=int(_default(w.number("roofline", roof_t, "context", integer=True, low=0), 500)),
         overhead_ms=_default(w.number("roofline", roof_t, "overhead_ms", low=0), 0.5),
         batch=int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1)),
+        threads=_optional_int(w.number("roofline", roof_t, "threads", integer=True, low=1)),
         sha256=sha256,
         server_origin=w.name("server", ""),
         origins={"model": w.name("model", given[0]),
@@ -253,6 +255,10 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
                  **{k: w.name("roofline", k) for k in ROOFLINE_KEYS},
                  **{f"classes.{n}.prompts": w.name(f"classes.{n}", "prompts") for n in classes}},
     )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _default(value: Any, default: float) -> float:

@@ -19,7 +19,7 @@ from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prompts import load_prompts
 from pytest_specbound.measure.sampler import Sampler, measure
 from pytest_specbound.measure.stats import bounds, look_level, look_schedule
-from pytest_specbound.physics.hardware import Hardware
+from pytest_specbound.physics.hardware import Hardware, matched_to_server
 from pytest_specbound.physics.models import Model, load_model
 from pytest_specbound.physics.roofline import Roofline, compute_roofline
 from pytest_specbound.serving.connect import ServerConfig
@@ -87,8 +87,32 @@ def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str]) -> Roofli
     model = resolve_model(budget.model, values, base, budget.origin("model"))
     draft = (resolve_model(budget.draft_model, values, base, budget.origin("draft_model"))
              if budget.draft_model else None)
+    if hw.name == "cpu":  # the bandwidth the server sees: its threads, its working set
+        threads = budget.threads or threads_from_launch(budget.server.launch)
+        reads = model.weight_bytes + (draft.weight_bytes if draft else 0.0)
+        hw = matched_to_server(hw, threads, reads)
     return compute_roofline(hw, model, budget.speculation, draft, budget.context, budget.batch,
                             budget.overhead_ms, budget.origins)
+
+
+THREAD_FLAGS = ("-t", "--threads")  # llama-server; other CPU servers: [roofline] threads
+
+
+def threads_from_launch(launch: str | None) -> int | None:
+    """The compute thread count a launch command gives its server (``-t 4``, ``--threads=4``)."""
+    import shlex
+
+    try:
+        argv = shlex.split(launch or "")
+    except ValueError:
+        return None
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in THREAD_FLAGS:
+            text = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            if text.isdigit() and int(text) > 0:
+                return int(text)
+    return None
 
 
 def server_config(budget: Budget, settings: Settings, marker_server: dict[str, Any] | None) -> ServerConfig:

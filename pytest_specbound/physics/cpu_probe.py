@@ -1,4 +1,9 @@
-"""Measure this host's memory bandwidth and matmul rate with short numpy probes (cached)."""
+"""Measure this host's memory bandwidth and matmul rate with short numpy probes (cached).
+
+:func:`probe_cpu` is the host as a whole (every core, a working set far above any cache);
+:func:`read_bandwidth` is what one server sees: its thread count, over a working set the size of
+what it reads per step (a model that fits in the last-level cache is measured as such).
+"""
 
 from __future__ import annotations
 
@@ -44,31 +49,112 @@ def _matmul_tflops(np: Any) -> float:
     return best
 
 
+def host_fingerprint() -> str:
+    """Core count and CPU model: a cached figure is reused only on the same kind of machine."""
+    model = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8",
+                                            errors="replace") as f:
+        model = next((ln.split(":", 1)[1].strip() for ln in f
+                      if ln.lower().startswith("model name")), "")
+    return f"{os.cpu_count() or 1} cores, {model or 'unknown CPU'}"
+
+
+def _load_cache() -> dict[str, Any]:
+    """The cache file, when it was written on this kind of machine; else empty."""
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads(CACHE.read_text())
+        if not isinstance(loaded, dict):
+            return {}
+        if loaded.get("host") == host_fingerprint():
+            return loaded
+        if "host" not in loaded and loaded.get("cores") == (os.cpu_count() or 1):
+            return loaded  # written before the fingerprint: trusted by core count, as then
+    return {}
+
+
+def _save_cache(entries: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        write_json(CACHE, {**_load_cache(), **entries, "host": host_fingerprint()})
+
+
 def probe_cpu(refresh: bool = False) -> dict[str, Any]:
-    """Bandwidth (GB/s), fp32 TFLOP/s and core count of this host; cached per machine."""
+    """Bandwidth (GB/s), fp32 TFLOP/s and core count of this host; cached per kind of machine."""
     cores = os.cpu_count() or 1
     override = os.environ.get("SPECBOUND_CPU_BANDWIDTH_GBS")
-    if not refresh and CACHE.is_file():
-        try:
-            cached: dict[str, Any] = json.loads(CACHE.read_text())
-            if cached.get("cores") == cores:
-                if override:
-                    cached["bandwidth_gbs"] = float(override)
-                    cached["source"] = "SPECBOUND_CPU_BANDWIDTH_GBS"
-                return cached
-        except (OSError, ValueError):
-            pass
-    import numpy as np
+    cached = _load_cache()
+    result: dict[str, Any]
+    if not refresh and isinstance(cached.get("bandwidth_gbs"), (int, float)):
+        result = {k: cached[k] for k in ("cores", "bandwidth_gbs", "fp32_tflops", "source")
+                  if k in cached}
+    else:
+        import numpy as np
 
-    result = {
-        "cores": cores,
-        "bandwidth_gbs": round(_read_bandwidth_gbs(np, cores), 2),
-        "fp32_tflops": round(_matmul_tflops(np), 4),
-        "source": f"measured on this host ({cores} cores): numpy read/copy and 1024^2 matmul",
-    }
-    with contextlib.suppress(OSError):
-        write_json(CACHE, result)
+        result = {
+            "cores": cores,
+            "bandwidth_gbs": round(_read_bandwidth_gbs(np, cores), 2),
+            "fp32_tflops": round(_matmul_tflops(np), 4),
+            "source": f"measured on this host ({cores} cores): numpy read/copy and 1024^2 matmul",
+        }
+        _save_cache(result)
     if override:
         result["bandwidth_gbs"] = float(override)
         result["source"] = "SPECBOUND_CPU_BANDWIDTH_GBS"
     return result
+
+
+MIN_WORKING_SET = 1 << 20  # 1 MiB: below this the probe measures loop overhead, not memory
+MAX_WORKING_SET = PROBE_BYTES  # above any cache: more only takes longer
+
+
+def working_set_bucket(num_bytes: float) -> int:
+    """The probe's working set for ``num_bytes``: the next step of a half-octave ladder (1, 1.4,
+    2, 2.8, 4 ... MiB), within the limits, so a size is never rounded up by more than 41%."""
+    k = 0
+    while MIN_WORKING_SET * 2 ** (k / 2) < num_bytes and MIN_WORKING_SET * 2 ** (k / 2) < MAX_WORKING_SET:
+        k += 1
+    return min(MAX_WORKING_SET, int(MIN_WORKING_SET * 2 ** (k / 2)))
+
+
+def read_bandwidth(threads: int, working_set: float, refresh: bool = False) -> tuple[float, str]:
+    """(GB/s, source) reading ``working_set`` bytes over and over with ``threads`` threads.
+
+    Cached per (threads, working-set bucket) beside the host probe. ``SPECBOUND_CPU_BANDWIDTH_GBS``
+    overrides it as it overrides the host probe.
+    """
+    override = os.environ.get("SPECBOUND_CPU_BANDWIDTH_GBS")
+    if override:
+        return float(override), "SPECBOUND_CPU_BANDWIDTH_GBS"
+    threads = max(1, threads)
+    size = working_set_bucket(working_set)
+    key = f"read:{threads}:{size}"
+    source = (f"measured on this host: {threads} thread{'s' * (threads != 1)} reading "
+              f"{size / 2**20:g} MiB, the size of one step's reads")
+    cached = _load_cache().get(key)
+    if not refresh and isinstance(cached, (int, float)):
+        return float(cached), source
+    import numpy as np
+
+    gbs = round(float(_repeated_read_gbs(np, threads, size)), 2)
+    _save_cache({key: gbs})
+    return gbs, source
+
+
+def _repeated_read_gbs(np: Any, threads: int, size: int) -> float:
+    """Best rate of whole passes over ``size`` bytes split across ``threads`` threads; each timing
+    spans enough passes to last about 20 ms, and the first pass warms the caches."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    chunks = [np.ones(max(1, size // 8 // threads), dtype=np.float64) for _ in range(threads)]
+    total = sum(c.nbytes for c in chunks)
+
+    def passes(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            list(pool.map(lambda a: a.sum(), chunks))  # numpy releases the GIL in sum
+        return time.perf_counter() - start
+
+    with ThreadPoolExecutor(threads) as pool:
+        one = max(passes(1), 1e-6)
+        n = max(1, int(0.02 / one))
+        best = min(passes(n) for _ in range(5)) / n
+    return float(total) / best / 1e9

@@ -164,6 +164,23 @@ def cpu_hardware() -> Hardware:
     )
 
 
+def matched_to_server(hw: Hardware, threads: int | None, working_set: float) -> Hardware:
+    """``hw`` as one server sees it. For this host's CPU: the read bandwidth of ``threads``
+    threads (default: every core) over ``working_set`` bytes, the bytes one step reads, so a
+    model that fits in the last-level cache is measured as such. A GPU is returned unchanged."""
+    if hw.name != "cpu":
+        return hw
+    from pytest_specbound.physics.cpu_probe import read_bandwidth
+
+    cores = int(hw.extra.get("cores") or 1)
+    n = min(threads or cores, cores)
+    gbs, source = read_bandwidth(n, working_set)
+    return replace(hw, bandwidth_gbs=gbs, source=source,
+                   bf16_tflops=hw.bf16_tflops * n / cores,  # the matmul probe used every core
+                   title=f"this host's CPU ({n} of {cores} cores, as the server runs)",
+                   extra={**hw.extra, "threads": n, "working_set_bytes": int(working_set)})
+
+
 def detect_hardware(nvml: Any = None) -> Hardware:
     """GPUs seen through NVML, matched to the catalog by name; unknown GPUs from clocks."""
     from pytest_specbound.physics.nvml import detect

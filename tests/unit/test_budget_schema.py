@@ -50,7 +50,8 @@ CLASS = {"prompts": ('"coding"', lambda c: c.prompts == "coding"),
          "warmup": ("0", lambda c: c.warmup == 0)}
 ROOFLINE = {"context": ("0", lambda b: b.context == 0),
             "overhead_ms": ("0", lambda b: b.overhead_ms == 0),
-            "batch": ("4", lambda b: b.batch == 4)}
+            "batch": ("4", lambda b: b.batch == 4),
+            "threads": ("2", lambda b: b.threads == 2)}
 
 
 def write(tmp_path: Path, tables: dict[str, str]) -> Path:

@@ -1,0 +1,96 @@
+"""The CPU probe as the server sees the host: its threads, its working set; cached per machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_specbound.gate.budget import load_budget
+from pytest_specbound.gate.runner import roofline_for, threads_from_launch
+from pytest_specbound.physics import cpu_probe
+from pytest_specbound.physics.hardware import Hardware
+
+
+@pytest.mark.parametrize("launch, threads", [
+    ("llama-server -m x.gguf -t 1 -c 2048", 1),
+    ("llama-server --threads 4 -m x.gguf", 4),
+    ("llama-server --threads=3", 3),
+    ("llama-server -tb 2 -m x", None),  # --threads-batch is not the decode thread count
+    ("llama-server -m x", None),
+    (None, None),
+    ("llama-server 'unclosed", None),
+])
+def test_threads_from_launch(launch, threads):
+    assert threads_from_launch(launch) == threads
+
+
+def cpu(cores: int = 2) -> Hardware:
+    return Hardware("cpu", "this host's CPU", 1, 30.0, 0.0, 1.0, "none", 0.0, "probe",
+                    extra={"cores": cores})
+
+
+BUDGET = """
+[model]
+name = "llama-3.2-1b"
+[server]
+launch = "llama-server -m x.gguf -t 1 --port {port}"
+[classes.chat]
+"""
+
+
+def test_the_cpu_roofline_uses_the_servers_threads_and_working_set(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_read(threads: int, working_set: float) -> tuple[float, str]:
+        seen.append((threads, working_set))
+        return 10.0, "fake probe"
+
+    monkeypatch.setattr(cpu_probe, "read_bandwidth", fake_read)
+    path = tmp_path / "b.toml"
+    path.write_text(BUDGET)
+    roof = roofline_for(load_budget(path), cpu(), {})
+    assert seen == [(1, roof.model.weight_bytes)]  # -t 1, and one step reads every weight
+    assert roof.hardware.bandwidth_gbs == 10.0 and roof.hardware.extra["threads"] == 1
+    assert roof.hardware.bf16_tflops == 0.5  # one of two cores: half the host's matmul rate
+    path.write_text(BUDGET + "[roofline]\nthreads = 8\n")
+    roofline_for(load_budget(path), cpu(cores=2), {})
+    assert seen[-1][0] == 2  # never more threads than the host has
+
+
+def test_gpus_are_not_probed(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_probe, "read_bandwidth", lambda *a: pytest.fail("probed a GPU"))
+    from pytest_specbound.physics.hardware import parse_hardware
+
+    path = tmp_path / "b.toml"
+    path.write_text(BUDGET)
+    assert roofline_for(load_budget(path), parse_hardware("h100"), {}).hardware.name == "h100-sxm"
+
+
+def test_read_bandwidth_is_measured_once_per_threads_and_size_on_a_machine(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_probe, "CACHE", tmp_path / "cpu.json")
+    monkeypatch.delenv("SPECBOUND_CPU_BANDWIDTH_GBS", raising=False)
+    calls = []
+    monkeypatch.setattr(cpu_probe, "_repeated_read_gbs",
+                        lambda np, threads, size: calls.append((threads, size)) or 12.5)
+    assert cpu_probe.read_bandwidth(1, 3e6)[0] == 12.5
+    assert cpu_probe.read_bandwidth(1, 3.1e6)[0] == 12.5  # same bucket: cached
+    assert calls == [(1, cpu_probe.working_set_bucket(3e6))]
+    cpu_probe.read_bandwidth(2, 3e6)
+    assert len(calls) == 2  # another thread count is another measurement
+    monkeypatch.setattr(cpu_probe, "host_fingerprint", lambda: "another machine")
+    cpu_probe.read_bandwidth(1, 3e6)
+    assert len(calls) == 3  # a cache written on another kind of machine is not trusted
+
+
+def test_working_set_buckets_round_up_by_at_most_41_percent():
+    for size in (1.5e6, 2e7, 3.3e7, 2e8):
+        bucket = cpu_probe.working_set_bucket(size)
+        assert size <= bucket <= size * 2 ** 0.5
+    assert cpu_probe.working_set_bucket(10) == cpu_probe.MIN_WORKING_SET
+    assert cpu_probe.working_set_bucket(1e12) == cpu_probe.MAX_WORKING_SET
+
+
+def test_a_real_probe_of_a_small_working_set(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_probe, "CACHE", tmp_path / "cpu.json")
+    monkeypatch.delenv("SPECBOUND_CPU_BANDWIDTH_GBS", raising=False)
+    gbs, source = cpu_probe.read_bandwidth(1, 2e6)
+    assert gbs > 0.1 and "1 thread reading 2 MiB" in source
