@@ -26,6 +26,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    value = _nonneg_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
 def _nonneg_int(text: str) -> int:
     try:
         value = int(text)
@@ -61,6 +68,14 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     model = load_model(args.model, dtype, "--model")
     spec = parse_speculation(args.spec, origin="--spec")
     draft = load_model(args.draft_model, origin="--draft-model") if args.draft_model else None
+    if args.threads is not None and hw.name != "cpu":
+        raise SpecboundError(f"--threads={args.threads}: only for --hw cpu (a GPU has no threads "
+                             "to match)")
+    if hw.name == "cpu":  # as the gate does: the server's threads over one step's reads
+        from pytest_specbound.physics.hardware import matched_to_server
+
+        reads = model.weight_bytes + (draft.weight_bytes if draft else 0.0)
+        hw = matched_to_server(hw, args.threads, reads)
     roof = compute_roofline(hw, model, spec, draft, args.context, args.batch, args.overhead_ms,
                             ROOFLINE_FLAGS)
     if args.accept is not None and args.accept > roof.max_accept:
@@ -110,6 +125,8 @@ def _add_roofline(sub: Any) -> None:
     p.add_argument("--context", type=_nonneg_int, default=500, help="context tokens (500)")
     p.add_argument("--batch", type=_nonneg_int, default=1, help="concurrent sequences (1)")
     p.add_argument("--overhead-ms", type=float, default=0.5, help="scheduler + sampling (0.5)")
+    p.add_argument("--threads", type=_positive_int,
+                   help="--hw cpu: the server's compute threads (default: every core)")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(func=cmd_roofline)
 

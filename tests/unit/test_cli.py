@@ -137,3 +137,19 @@ def test_measure_prints_either_format(capsys, fmt):
     else:
         assert "requests 3 (failed 0)" in out and "TTFT median" in out
         assert "accept length 4.00 (server)" in out
+
+
+def test_roofline_on_cpu_matches_the_servers_threads(capsys, monkeypatch):
+    from pytest_specbound.physics import cpu_probe
+
+    monkeypatch.setenv("SPECBOUND_CPU_BANDWIDTH_GBS", "20")  # no probe: the figure is given
+    code, out, _ = run(capsys, "roofline", "--hw", "cpu", "--model", "llama-3.2-1b", "--threads",
+                       "1", "--format", "json")
+    assert code == 0
+    hw = json.loads(out)["hardware"]
+    assert hw["threads"] == 1 and hw["bandwidth_gbs"] == 20.0
+    assert hw["working_set_bytes"] > 1e9  # a 1B model in bf16: one step reads every weight
+    assert cpu_probe.working_set_bucket(hw["working_set_bytes"]) == cpu_probe.MAX_WORKING_SET
+    code, _, err = run(capsys, "roofline", "--hw", "h100", "--model", "llama-3.2-1b",
+                       "--threads", "2")
+    assert code == 2 and "--threads=2: only for --hw cpu" in err
