@@ -167,7 +167,8 @@ class SpecboundSession:
 
         hw = self.hardware
         assert hw is not None
-        cls = budget.for_hardware(hw.label).classes[cls_name]
+        budget = budget.for_hardware(hw.label)
+        cls = budget.classes[cls_name]
         progress = self._progress(item.nodeid)
         say = progress.waiting if progress else self._say
         running = self.outputs.running
@@ -178,7 +179,7 @@ class SpecboundSession:
                 self.outputs.write_json(partial=True)
 
         try:
-            result = run_class(budget.for_hardware(hw.label), cls, hw, self.settings,
+            result = run_class(budget, cls, hw, self.settings,
                                self.pool, marker_server,
                                progress.update if progress else None, partial, say)
         except KeyboardInterrupt:
@@ -425,10 +426,6 @@ def _parse_marker(node: pytest.Item, overrides: dict[str, Any]) -> tuple[Budget,
         raise pytest.UsageError(str(exc)) from None
 
 
-def _marker_budget(request: pytest.FixtureRequest, overrides: dict[str, Any]) -> tuple[Budget, str]:
-    return _parse_marker(request.node, overrides)
-
-
 @pytest.fixture(scope="session")
 def specbound_hw(request: pytest.FixtureRequest) -> Hardware:
     """The hardware of this run (``--specbound-hw`` or NVML); skips when there is none."""
@@ -443,7 +440,7 @@ def specbound_model(request: pytest.FixtureRequest) -> Model:
     """The target model named by the test's ``specbound`` marker (or its budget)."""
     from pytest_specbound.gate.runner import resolve_model
 
-    budget, _ = _marker_budget(request, {})
+    budget, _ = _parse_marker(request.node, {})
     return resolve_model(budget.model, {}, budget.path.parent, budget.origin("model"))
 
 
@@ -452,7 +449,7 @@ def specbound_roofline(request: pytest.FixtureRequest, specbound_hw: Hardware) -
     """The per-round roofline for the marker's model and speculative method on this hardware."""
     from pytest_specbound.gate.runner import roofline_for
 
-    budget, _ = _marker_budget(request, {})
+    budget, _ = _parse_marker(request.node, {})
     return roofline_for(budget, specbound_hw, {})
 
 
@@ -462,7 +459,7 @@ def specbound_server(request: pytest.FixtureRequest, specbound_hw: Hardware) -> 
     from pytest_specbound.gate.runner import server_config
 
     session = _session(request.config)
-    budget, _ = _marker_budget(request, {})
+    budget, _ = _parse_marker(request.node, {})
     server, _backend = session.pool.get(server_config(budget, session.settings, None))
     return server
 
@@ -479,7 +476,7 @@ def specbound_measure(request: pytest.FixtureRequest,
         from pytest_specbound.errors import SpecboundError
 
         try:
-            budget, name = _marker_budget(request, overrides)
+            budget, name = _parse_marker(request.node, overrides)
         except pytest.UsageError as exc:
             pytest.fail(str(exc), pytrace=False)
         try:

@@ -61,9 +61,8 @@ class Budget:
     batch: int = 1
     threads: int | None = None  # CPU: threads the server computes with (default: from its launch)
     sha256: str = ""
-    server_origin: str = "[server]"  # where the server settings were written, for errors
     # where each value was written (file:line: key, or the marker keyword), for errors at run
-    # time: "model", "draft_model", and compute_roofline's keys ("spec", "batch", ...)
+    # time: "server", "model", "draft_model", and compute_roofline's keys ("spec", "batch", ...)
     origins: Mapping[str, str] = field(default_factory=dict)
 
     def origin(self, key: str) -> str:
@@ -248,8 +247,7 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
         batch=int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1)),
         threads=_optional_int(w.number("roofline", roof_t, "threads", integer=True, low=1)),
         sha256=sha256,
-        server_origin=w.name("server", ""),
-        origins={"model": w.name("model", given[0]),
+        origins={"server": w.name("server", ""), "model": w.name("model", given[0]),
                  "draft_model": w.name("speculative", "draft_model"),
                  "spec": w.name("speculative", "method"),
                  **{k: w.name("roofline", k) for k in ROOFLINE_KEYS},

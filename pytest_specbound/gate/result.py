@@ -8,7 +8,7 @@ and markdown tables, the plot, ``specbound calibrate``) reads a :class:`ClassRes
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 from pytest_specbound.gate.verdict import REASONS, STATUSES, Diagnosis, Reason, Status, Verdict
@@ -129,8 +129,6 @@ class ClassResult:
 
     def with_measurement(self, m: Measurement) -> ClassResult:
         """This result with ``m``'s figures (a running result shows the requests so far)."""
-        from dataclasses import replace
-
         return replace(
             self, accept_length=m.accept_length, accept_source=m.accept_source,
             decode_tok_s=m.decode_tok_s, server_decode_tok_s=m.server_decode_tok_s,

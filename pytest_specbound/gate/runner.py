@@ -128,7 +128,7 @@ def server_config(budget: Budget, settings: Settings, marker_server: dict[str, A
     if marker_server:
         cfg = replace(cfg, **marker_server)
     if not cfg.url and not cfg.launch:
-        raise ConfigError(f"{budget.server_origin}: no server to measure: give a launch command or "
+        raise ConfigError(f"{budget.origin('server')}: no server to measure: give a launch command or "
                           "a url (or pass --specbound-url / set SPECBOUND_URL)")
     return cfg
 

@@ -8,6 +8,7 @@ what it reads per step (a model that fits in the last-level cache is measured as
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -49,6 +50,7 @@ def _matmul_tflops(np: Any) -> float:
     return best
 
 
+@functools.lru_cache(maxsize=1)
 def host_fingerprint() -> str:
     """Core count and CPU model: a cached figure is reused only on the same kind of machine."""
     model = ""
