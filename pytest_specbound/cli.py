@@ -185,8 +185,20 @@ def cmd_measure(args: argparse.Namespace) -> int:
     server, backend = open_server(cfg, Path(args.log_dir), say=_say)
     try:
         sampler = Sampler(server.endpoint, backend, args.model_id, max_accept)
-        m = measure(sampler, prompts, max_tokens, FixedCount(args.samples), args.warmup,
-                    info=backend.info(server.endpoint))
+        info = backend.info(server.endpoint)
+        if args.concurrency == 1:
+            m = measure(sampler, prompts, max_tokens, FixedCount(args.samples), args.warmup,
+                        info=info)
+        else:
+            from pytest_specbound.measure.load import (
+                CounterWindow,
+                measure_closed_loop,
+                stream_samplers,
+            )
+
+            m = measure_closed_loop(stream_samplers(sampler, args.concurrency), prompts,
+                                    max_tokens, FixedCount(args.samples), args.warmup, info=info,
+                                    window=CounterWindow(backend, server.endpoint))
     finally:
         server.stop()
     if args.format == "json":
@@ -217,9 +229,22 @@ def _measure_table(m: Measurement) -> str:
         f"{_fmt(m.server_decode_tok_s, '.1f')})",
         f"TTFT median {_fmt(ttft.median, '.1f')} ms, p90 {_fmt(ttft.p90, '.1f')} ms",
     ]
+    if m.concurrency > 1:
+        lines.insert(3, f"concurrency {m.concurrency}: aggregate {_fmt(m.aggregate_tok_s, '.1f')}"
+                        f" tok/s, {_fmt(m.co_decoding, '.1f')} decoding at once, "
+                        f"{_fmt(m.in_flight, '.1f')} in flight")
     lines += [f"note: {n}" for n in (m.clock_note(), m.server_clock_note(), m.untimed_note()) if n]
     lines += [f"failed: {r.error}" for r in m.failures]
     return "\n".join(lines)
+
+
+def _level(text: str) -> int:
+    from pytest_specbound.gate.settings import MAX_CONCURRENCY
+
+    if not text.isdigit() or not 1 <= int(text) <= MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(f"expected a whole number in [1, {MAX_CONCURRENCY}], "
+                                         f"got {text!r}")
+    return int(text)
 
 
 def _add_measure(sub: Any) -> None:
@@ -232,7 +257,10 @@ def _add_measure(sub: Any) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="auto")
     p.add_argument("--prompts", default="coding", help="coding|chat|repetitive|long or FILE.jsonl")
     p.add_argument("--samples", type=_nonneg_int, default=8)
-    p.add_argument("--warmup", type=_nonneg_int, default=1)
+    p.add_argument("--warmup", type=_nonneg_int, default=1,
+                   help="uncounted requests (per stream with --concurrency)")
+    p.add_argument("--concurrency", type=_level, default=1,
+                   help="closed-loop streams: each sends its next request when one ends")
     p.add_argument("--max-tokens", type=_nonneg_int, help="output tokens per request")
     p.add_argument("--model-id", help="the 'model' field to send (default: none)")
     p.add_argument("--ready-timeout", type=_positive_float, default=900.0)
@@ -253,11 +281,12 @@ SUBCOMMANDS.append(_add_measure)
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     import difflib
+    from dataclasses import replace
     from pathlib import Path
 
     from pytest_specbound.atomic import write_text
     from pytest_specbound.gate.budget import load_budget
-    from pytest_specbound.gate.calibrate import apply, propose
+    from pytest_specbound.gate.calibrate import apply, describe, propose
     from pytest_specbound.gate.pool import ServerPool
     from pytest_specbound.gate.runner import run_class
     from pytest_specbound.gate.settings import resolve
@@ -266,7 +295,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     hw = hardware_from_args(args.hw, None)
     # one look at the full sample count: the interval at the plain confidence level
     settings = resolve({"specbound_url": args.url, "specbound_samples": str(args.samples),
-                        "specbound_min_samples": str(args.samples)},
+                        "specbound_min_samples": str(args.samples),
+                        "specbound_concurrency": args.concurrency},
                        {}, lambda name: None)
     budget = budget.for_hardware(hw.label)
     pool = ServerPool(Path(args.log_dir))
@@ -274,11 +304,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     new = text
     try:
         for name, cls in budget.classes.items():
-            result = run_class(budget, cls, hw, settings, pool)
-            values = propose(result)
-            print(f"{name}: accept {_fmt(result.accept_length)}, efficiency "
-                  f"{_fmt(result.verdict.efficiency)} -> {values}", file=sys.stderr)
-            new = apply(new, f"classes.{name}", values)
+            levels = settings.concurrency or cls.concurrency
+            cls = replace(cls, concurrency=levels)
+            for k, level in enumerate(levels):
+                result = run_class(budget, cls, hw, settings, pool, concurrency=level)
+                values = propose(result)
+                # the first level's figures are the class's own; each other level gets a table
+                table = f"classes.{name}" if k == 0 else f"classes.{name}.c{level}"
+                at = f" at concurrency {level}" if cls.level_ids else ""
+                print(f"{name}{at}: measured accept {_fmt(result.accept_length)}, efficiency "
+                      f"{_fmt(result.verdict.efficiency)} over {result.samples} requests; "
+                      f"proposed in [{table}]: {describe(values) or 'nothing (no interval)'}",
+                      file=sys.stderr)
+                new = apply(new, table, values, after=f"classes.{name}")
     finally:
         pool.close()
     diff = difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
@@ -307,6 +345,7 @@ def _add_calibrate(sub: Any) -> None:
     p.add_argument("--hw", required=True)
     p.add_argument("--url", help="attach instead of launching the budget's command")
     p.add_argument("--samples", type=_nonneg_int, default=20)
+    p.add_argument("--concurrency", help="levels to calibrate, e.g. 1,4 (default: the budget's)")
     p.add_argument("--log-dir", default=".specbound/logs")
     p.add_argument("--write", action="store_true", help="rewrite the budget (default: diff only)")
     p.set_defaults(func=cmd_calibrate)

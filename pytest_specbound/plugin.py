@@ -156,8 +156,12 @@ class SpecboundSession:
             self._outputs = Outputs(self.settings, lambda: self._hardware)
         return self._outputs
 
+    def levels(self, budget: Budget, cls_name: str) -> tuple[int, ...]:
+        """The concurrency levels a class runs at: ``--specbound-concurrency``, else its own."""
+        return self.settings.concurrency or budget.classes[cls_name].concurrency
+
     def run(self, budget: Budget, cls_name: str, item: pytest.Item,
-            marker_server: dict[str, Any] | None = None) -> ClassResult:
+            marker_server: dict[str, Any] | None = None, concurrency: int = 1) -> ClassResult:
         from dataclasses import replace
 
         from pytest_specbound.errors import SpecboundError
@@ -168,7 +172,7 @@ class SpecboundSession:
         hw = self.hardware
         assert hw is not None
         budget = budget.for_hardware(hw.label)
-        cls = budget.classes[cls_name]
+        cls = replace(budget.classes[cls_name], concurrency=self.levels(budget, cls_name))
         progress = self._progress(item.nodeid)
         say = progress.waiting if progress else self._say
         running = self.outputs.running
@@ -181,13 +185,14 @@ class SpecboundSession:
         try:
             result = run_class(budget, cls, hw, self.settings,
                                self.pool, marker_server,
-                               progress.update if progress else None, partial, say)
+                               progress.update if progress else None, partial, say, concurrency)
         except KeyboardInterrupt:
             raise  # the partial entry stays in the running results and is written as such
         except SpecboundError as exc:
             running.pop(item.nodeid, None)
             self._record(item, ClassResult(str(budget.path), cls_name, hw.label,
-                                           Verdict("error", [str(exc)], ("setup",))))
+                                           Verdict("error", [str(exc)], ("setup",)),
+                                           concurrency=concurrency, level_ids=cls.level_ids))
             raise
         running.pop(item.nodeid, None)
         return self._record(item, result)
@@ -355,7 +360,8 @@ def _outcome_for(verdict: Verdict, settings: Settings) -> None:
 
 
 class BudgetFile(pytest.File):
-    """A budget TOML: one item per prompt class, named CLASS[HARDWARE]."""
+    """A budget TOML: one item per prompt class and concurrency level, named CLASS[HARDWARE]
+    (CLASS[HARDWARE-cN] where the class lists levels)."""
 
     def collect(self) -> Iterator[pytest.Item]:
         from pytest_specbound.gate.budget import load_budget
@@ -365,11 +371,15 @@ class BudgetFile(pytest.File):
         except ValueError:
             display = str(self.path)
         budget = load_budget(self.path, display)
-        hw = _session(self.config).hardware
+        session = _session(self.config)
+        hw = session.hardware
         label = hw.label if hw else "no-hw"
         for name in budget.classes:
-            yield BudgetItem.from_parent(self, name=f"{name}[{label}]", budget=budget,
-                                         cls_name=name)
+            levels = session.levels(budget, name)
+            for level in levels:
+                suffix = f"-c{level}" if levels != (1,) else ""
+                yield BudgetItem.from_parent(self, name=f"{name}[{label}{suffix}]", budget=budget,
+                                             cls_name=name, concurrency=level)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> Any:
@@ -381,17 +391,19 @@ class BudgetFile(pytest.File):
 
 
 class BudgetItem(pytest.Item):
-    def __init__(self, *, budget: Budget, cls_name: str, **kwargs: Any) -> None:
+    def __init__(self, *, budget: Budget, cls_name: str, concurrency: int = 1,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.budget = budget
         self.cls_name = cls_name
+        self.concurrency = concurrency
         self.add_marker(pytest.mark.specbound)
 
     def runtest(self) -> None:
         session = _session(self.config)
         if session.hardware is None:
             pytest.skip(session.skip_reason())
-        result = session.run(self.budget, self.cls_name, self)
+        result = session.run(self.budget, self.cls_name, self, concurrency=self.concurrency)
         _outcome_for(result.verdict, session.settings)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
@@ -409,7 +421,7 @@ class BudgetItem(pytest.Item):
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, f"{self.budget.path.name}::{self.name}"
+        return self.path, None, self.name  # -v shows budgets/x.toml::coding[hw], as the node id
 
 
 # -- fixtures for Python tests ---------------------------------------------------------------
@@ -464,10 +476,34 @@ def specbound_server(request: pytest.FixtureRequest, specbound_hw: Hardware) -> 
     return server
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A marker (or ``--specbound-concurrency``) with several levels: one test per level."""
+    if "specbound_concurrency" not in metafunc.fixturenames:
+        return
+    mark = metafunc.definition.get_closest_marker("specbound")
+    session = metafunc.config.stash.get(SESSION, None)
+    levels: Any = session.settings.concurrency if session else None
+    if not levels and mark is not None:
+        levels = mark.kwargs.get("concurrency")
+    if isinstance(levels, (list, tuple)) and len(levels) > 1:
+        metafunc.parametrize("specbound_concurrency", list(levels),
+                             ids=[f"c{n}" for n in levels])
+
+
 @pytest.fixture
-def specbound_measure(request: pytest.FixtureRequest,
-                      specbound_hw: Hardware) -> Callable[..., ClassResult]:
-    """``specbound_measure(prompt_class=None, **overrides)`` -> the :class:`ClassResult`."""
+def specbound_concurrency() -> int | None:
+    """The concurrency level of this test (parametrized when its marker lists several)."""
+    return None
+
+
+@pytest.fixture
+def specbound_measure(request: pytest.FixtureRequest, specbound_hw: Hardware,
+                      specbound_concurrency: int | None) -> Callable[..., ClassResult]:
+    """``specbound_measure(prompt_class=None, **overrides)`` -> the :class:`ClassResult`.
+
+    It measures at the test's level: the parametrized one where the marker lists several, else
+    the marker's (or a call-time ``concurrency=N``) single level.
+    """
     session = _session(request.config)
 
     def run(prompt_class: str | None = None, **overrides: Any) -> ClassResult:
@@ -479,8 +515,19 @@ def specbound_measure(request: pytest.FixtureRequest,
             budget, name = _parse_marker(request.node, overrides)
         except pytest.UsageError as exc:
             pytest.fail(str(exc), pytrace=False)
+        levels = session.levels(budget, name)
+        if "concurrency" in overrides and specbound_concurrency is None:
+            levels = budget.classes[name].concurrency
+        if specbound_concurrency is not None and "concurrency" not in overrides:
+            level = specbound_concurrency
+        elif len(levels) == 1:
+            level = levels[0]
+        else:
+            pytest.fail(f"{request.node.nodeid}: specbound_measure: concurrency {list(levels)} "
+                        "lists several levels; give one at call time (concurrency=4) or list "
+                        "them on the marker (one test per level)", pytrace=False)
         try:
-            return session.run(budget, name, request.node)
+            return session.run(budget, name, request.node, concurrency=level)
         except SpecboundError as exc:
             pytest.fail(f"specbound: {exc}", pytrace=False)
 

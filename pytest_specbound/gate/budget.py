@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 from pytest_specbound._toml import key_line, loads_toml
 from pytest_specbound.errors import ConfigError
+from pytest_specbound.gate.settings import MAX_CONCURRENCY
 from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
 from pytest_specbound.physics.speculative import METHODS, Speculation, parse_speculation
 from pytest_specbound.serving.backends import BACKENDS
@@ -22,7 +24,9 @@ SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", 
                "host", "port", "env", "cwd", "model_id", "check_model", "ca_bundle"}
 ROOFLINE_KEYS = {"context", "overhead_ms", "batch", "threads"}
 CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
-              "samples", "warmup"}
+              "samples", "warmup", "concurrency"}
+LEVEL_KEYS = {"accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "samples", "warmup"}
+LEVEL_TABLE = re.compile(r"^c([1-9][0-9]*)$")  # [classes.NAME.c4]: thresholds at concurrency 4
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,18 @@ class ClassBudget:
     max_ttft_ms: float | None = None
     samples: int | None = None
     warmup: int | None = None
+    concurrency: tuple[int, ...] = (1,)  # closed-loop levels: one test item each
+    levels: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # [classes.X.cN]
+
+    @property
+    def level_ids(self) -> bool:
+        """Whether item ids name the level (any class that declares levels besides 1 alone)."""
+        return self.concurrency != (1,)
+
+    def at(self, level: int) -> ClassBudget:
+        """The class as judged at concurrency ``level``: its ``[classes.NAME.cLEVEL]`` values
+        over the class's own."""
+        return replace(self, **dict(self.levels.get(level, {})))
 
 
 @dataclass(frozen=True)
@@ -103,10 +119,12 @@ class _Where:
     def error(self, table: str | None, key: str, message: str) -> ConfigError:
         return ConfigError(f"{self.name(table, key)}: {message}")
 
-    def check_keys(self, table: str, data: dict[str, Any], valid: set[str]) -> None:
+    def check_keys(self, table: str, data: dict[str, Any], valid: set[str],
+                   also: str = "") -> None:
         for key in data:
             if key not in valid:
-                raise self.error(table, key, f"unknown key; valid: {', '.join(sorted(valid))}")
+                raise self.error(table, key, f"unknown key; valid: {', '.join(sorted(valid))}"
+                                 f"{also}")
 
     def table(self, data: dict[str, Any], name: str, required: bool = True) -> dict[str, Any]:
         value = data.get(name)
@@ -148,9 +166,16 @@ def _server_fields(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _class_fields(values: dict[str, Any]) -> dict[str, Any]:
-    out = dict(values)
+    """Validated class keys as ClassBudget fields (level tables gathered into ``levels``)."""
+    out = {k: v for k, v in values.items() if not LEVEL_TABLE.match(k)}
+    levels = {int(k[1:]): _class_fields(v) for k, v in values.items() if LEVEL_TABLE.match(k)}
     if "accept" in out:
         out["accept"] = tuple(out["accept"])
+    if "concurrency" in out:
+        c = out["concurrency"]
+        out["concurrency"] = tuple(c) if isinstance(c, list) else (int(c),)
+    if levels:
+        out["levels"] = levels
     return out
 
 
@@ -230,10 +255,15 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
                 raise w.error(f"{table}.classes", name,
                               f"unknown class; the budget has {', '.join(classes)}")
             base = classes[name]
-            _parse_class(w, f"{table}.classes.{name}", {"prompts": base.prompts, **values},
-                         label=name)
+            _parse_class(w, f"{table}.classes.{name}", {"prompts": base.prompts,
+                         "concurrency": list(base.concurrency), **values}, label=name)
         hardware[label.lower()] = over
 
+    batch = int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1))
+    leveled = next((c for c in classes.values() if c.concurrency != (1,)), None)
+    if "batch" in roof_t and leveled is not None:
+        raise w.error("roofline", "batch", f"class '{leveled.name}' sets concurrency, which sets "
+                      "the roofline's batch per level: remove [roofline] batch")
     return Budget(
         path=p,
         model=model,
@@ -244,7 +274,7 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
         hardware=hardware,
         context=int(_default(w.number("roofline", roof_t, "context", integer=True, low=0), 500)),
         overhead_ms=_default(w.number("roofline", roof_t, "overhead_ms", low=0), 0.5),
-        batch=int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1)),
+        batch=batch,
         threads=_optional_int(w.number("roofline", roof_t, "threads", integer=True, low=1)),
         sha256=sha256,
         origins={"server": w.name("server", ""), "model": w.name("model", given[0]),
@@ -303,7 +333,20 @@ def _parse_class(w: _Where, table_name: str, t: Any, label: str | None = None) -
     name = label or table_name
     if not isinstance(t, dict):
         raise w.error(None, name, "must be a table")
-    w.check_keys(table, t, CLASS_KEYS)
+    level_tables = {k: v for k, v in t.items() if LEVEL_TABLE.match(k) and isinstance(v, dict)}
+    w.check_keys(table, {k: v for k, v in t.items() if k not in level_tables}, CLASS_KEYS,
+                 "; and [cN] tables of thresholds at concurrency N")
+    concurrency = _concurrency(w, table, t.get("concurrency", 1))
+    levels: dict[int, Mapping[str, Any]] = {}
+    for key, values in level_tables.items():
+        level = int(key[1:])
+        if level not in concurrency:
+            raise w.error(table, key, f"concurrency {level} is not one of the class's levels "
+                          f"{list(concurrency)}")
+        w.check_keys(f"{table}.{key}", values, LEVEL_KEYS)
+        checked = _parse_class(w, f"{table}.{key}", {"prompts": t.get("prompts", name), **values},
+                               label=name)
+        levels[level] = {k: getattr(checked, k) for k in values}
     prompts = w.string(table, t, "prompts") or name
     if prompts not in BUILTIN and not prompts.endswith(".jsonl"):
         raise w.error(table, "prompts", f"unknown prompt set '{prompts}'; valid: "
@@ -335,4 +378,19 @@ def _parse_class(w: _Where, table_name: str, t: Any, label: str | None = None) -
         max_ttft_ms=w.number(table, t, "max_ttft_ms", low=0),
         samples=w.number(table, t, "samples", integer=True, low=1),
         warmup=w.number(table, t, "warmup", integer=True, low=0),
+        concurrency=concurrency,
+        levels=levels,
     )
+
+
+def _concurrency(w: _Where, table: str, value: Any) -> tuple[int, ...]:
+    """``concurrency = 4`` or ``[1, 4, 16]``: distinct whole numbers in [1, MAX_CONCURRENCY]."""
+    values = value if isinstance(value, list) else [value]
+    good = values and all(isinstance(v, int) and not isinstance(v, bool)
+                          and 1 <= v <= MAX_CONCURRENCY for v in values)
+    if not good:
+        raise w.error(table, "concurrency", f"must be a whole number in [1, {MAX_CONCURRENCY}] or "
+                      f"a list of them, e.g. [1, 4, 16]; got {value!r}")
+    if len(set(values)) != len(values):
+        raise w.error(table, "concurrency", f"repeats a level: {value!r}")
+    return tuple(int(v) for v in values)

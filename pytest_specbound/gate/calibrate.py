@@ -34,11 +34,39 @@ def _format(value: float | list[float]) -> str:
     return f"{value:.2f}"
 
 
-def apply(text: str, table: str, values: Mapping[str, float | list[float]]) -> str:
-    """Set ``key = value`` inside ``[table]``, keeping every other line and comment as it was."""
+def describe(values: Mapping[str, float | list[float]]) -> str:
+    """The proposal as the TOML lines it writes, joined: ``accept = [2.6, 3.4], ...``."""
+    return ", ".join(f"{key} = {_format(value)}" for key, value in values.items())
+
+
+def _find(lines: list[str], table: str) -> int | None:
+    return next((i for i, ln in enumerate(lines) if ln.split("#")[0].strip() == f"[{table}]"),
+                None)
+
+
+def apply(text: str, table: str, values: Mapping[str, float | list[float]],
+          after: str | None = None) -> str:
+    """Set ``key = value`` inside ``[table]``, keeping every other line and comment as it was.
+
+    A table that does not exist is added after the block of ``[after]`` and its sub-tables
+    (``[classes.NAME.c4]`` after ``[classes.NAME]``); without ``after`` the text is unchanged.
+    """
     lines = text.splitlines(keepends=True)
-    start = next((i for i, ln in enumerate(lines) if ln.split("#")[0].strip() == f"[{table}]"),
-                 None)
+    start = _find(lines, table)
+    if start is None and values and after is not None and (anchor := _find(lines, after)) is not None:
+        end = anchor + 1
+        prefix = f"[{after}."
+        while end < len(lines):
+            head = lines[end].split("#")[0].strip()
+            if head.startswith("[") and not head.startswith(prefix):
+                break
+            end += 1
+        while end > anchor + 1 and not lines[end - 1].strip():
+            end -= 1
+        if end > 0 and not lines[end - 1].endswith("\n"):
+            lines[end - 1] += "\n"
+        lines[end:end] = ["\n", f"[{table}]\n"]
+        start = end + 1
     if start is None:
         return text
     end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")),

@@ -56,7 +56,8 @@ def marker_tables(kw: dict[str, Any], where: MarkerWhere) -> tuple[dict[str, Any
         raise ConfigError(f"{where.display}: specbound: unknown keyword '{unknown[0]}'; valid: "
                           f"{', '.join(MARKER_KEYS)}")
     name = str(kw.get("prompt_class") or DEFAULT_CLASS)
-    cls: dict[str, Any] = {k: (list(v) if k == "accept" and isinstance(v, tuple) else v)
+    cls: dict[str, Any] = {k: (list(v) if k in ("accept", "concurrency") and isinstance(v, tuple)
+                               else v)
                            for k, v in kw.items() if k in CLASS_KEYS}
     cls.setdefault("prompts", name)
     model_t: dict[str, Any] = {}

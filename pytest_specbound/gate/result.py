@@ -109,6 +109,13 @@ class ClassResult:
     partial: bool = False
     interrupted: bool = False
     nodeid: str | None = None
+    concurrency: int = 1  # closed-loop streams (the roofline's batch when the class has levels)
+    level_ids: bool = False  # the class declares levels: its label names the level
+    aggregate_tok_s: float | None = None  # decode tokens over wall time, all streams together
+    in_flight: float | None = None  # requests in flight while a request decoded (time-weighted)
+    co_decoding: float | None = None  # sequences decoding at once, likewise
+    max_ttft_ms: float | None = None
+    drained: Sequence[RequestRecord] = ()  # finished after the rule stopped (not counted)
 
     def __getitem__(self, key: str) -> object:
         """The results-JSON view: ``result["decode_tok_s"]`` reads what the results file says
@@ -125,7 +132,12 @@ class ClassResult:
     @property
     def label(self) -> str:
         """``budget.toml::class[hardware]``, as the summary names a result."""
-        return f"{basename(self.budget)}::{self.class_name}[{self.hardware}]"
+        return f"{basename(self.budget)}::{self.class_name}[{self.level_label}]"
+
+    @property
+    def level_label(self) -> str:
+        """``HARDWARE`` or ``HARDWARE-cN``: the id inside the brackets of the test item."""
+        return f"{self.hardware}-c{self.concurrency}" if self.level_ids else self.hardware
 
     def with_measurement(self, m: Measurement) -> ClassResult:
         """This result with ``m``'s figures (a running result shows the requests so far)."""
@@ -135,7 +147,9 @@ class ClassResult:
             ttft_ms=m.ttft_ms(), samples=len(m.records), stopped=m.stopped,
             clock_ratio=m.clock_ratio, clock_note=m.clock_note(), server_timed=m.server_timed,
             server_clock_note=m.server_clock_note(), untimed=len(m.untimed),
-            untimed_note=m.untimed_note(), server=m.info, requests=tuple(m.records))
+            untimed_note=m.untimed_note(), server=m.info, requests=tuple(m.records),
+            concurrency=m.concurrency, aggregate_tok_s=m.aggregate_tok_s, in_flight=m.in_flight,
+            co_decoding=m.co_decoding, drained=tuple(m.drained))
 
     # -- the one JSON form ---------------------------------------------------------------
     def to_json(self) -> dict[str, object]:
@@ -148,14 +162,19 @@ class ClassResult:
             "roofline": self.roofline.to_json() if self.roofline else None, "model": self.model,
             "accept_length": self.accept_length, "accept_source": self.accept_source,
             "decode_tok_s": self.decode_tok_s, "server_decode_tok_s": self.server_decode_tok_s,
-            "ttft_ms": {"median": self.ttft_ms.median, "p90": self.ttft_ms.p90},
+            "ttft_ms": {"median": self.ttft_ms.median, "p90": self.ttft_ms.p90,
+                        "p99": self.ttft_ms.p99},
+            "concurrency": self.concurrency, "level_ids": self.level_ids,
+            "aggregate_tok_s": self.aggregate_tok_s, "in_flight": self.in_flight,
+            "co_decoding": self.co_decoding, "max_ttft_ms": self.max_ttft_ms,
             "samples": self.samples, "stopped": self.stopped, "clock_ratio": self.clock_ratio,
             "clock_note": self.clock_note, "server_timed": self.server_timed,
             "server_clock_note": self.server_clock_note, "untimed": self.untimed,
             "untimed_note": self.untimed_note, "server": self.server.to_json(),
             "bounds": {k: list(b) for k, b in self.bounds.items()} if self.bounds else None,
             "confidence_level": self.confidence_level,
-            "requests": [r.to_json() for r in self.requests], "elapsed_s": self.elapsed_s,
+            "requests": [r.to_json() for r in self.requests],
+            "drained_requests": [r.to_json() for r in self.drained], "elapsed_s": self.elapsed_s,
             "partial": self.partial, "interrupted": self.interrupted,
             "verdict": v.status, "reasons": list(v.reasons), "diagnosis": v.diagnosis,
             "text": list(v.lines), "roofline_tok_s": v.roofline_tok_s,
@@ -197,7 +216,13 @@ class ClassResult:
             accept_source=source if source in ACCEPT_SOURCES else "none",
             decode_tok_s=_float(d, "decode_tok_s"),
             server_decode_tok_s=_float(d, "server_decode_tok_s"),
-            ttft_ms=Ttft(_float(ttft, "median"), _float(ttft, "p90")),
+            ttft_ms=Ttft(_float(ttft, "median"), _float(ttft, "p90"), _float(ttft, "p99")),
+            concurrency=int(cast(int, d.get("concurrency") or 1)),
+            level_ids=bool(d.get("level_ids")), aggregate_tok_s=_float(d, "aggregate_tok_s"),
+            in_flight=_float(d, "in_flight"), co_decoding=_float(d, "co_decoding"),
+            max_ttft_ms=_float(d, "max_ttft_ms"),
+            drained=tuple(RequestRecord.from_json(r) for r in _list(d, "drained_requests")
+                          if isinstance(r, Mapping)),
             samples=int(cast(int, d.get("samples") or 0)), stopped=str(d.get("stopped") or ""),
             clock_ratio=_float(d, "clock_ratio"), clock_note=_str(d, "clock_note"),
             server_timed=int(cast(int, d.get("server_timed") or 0)),

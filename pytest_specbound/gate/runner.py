@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
 from pytest_specbound.gate.settings import Settings
 from pytest_specbound.gate.verdict import Verdict, judge
+from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, stream_samplers
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prompts import load_prompts
 from pytest_specbound.measure.sampler import Sampler, measure
@@ -23,7 +24,7 @@ from pytest_specbound.physics.hardware import Hardware, matched_to_server
 from pytest_specbound.physics.models import Model, load_model
 from pytest_specbound.physics.roofline import Roofline, compute_roofline
 from pytest_specbound.serving.connect import ServerConfig
-from pytest_specbound.serving.records import RequestRecord, ServerInfo
+from pytest_specbound.serving.records import ServerInfo
 from pytest_specbound.serving.server import fill
 
 
@@ -47,18 +48,19 @@ class SequentialRule:
     def sample_budget(self) -> int:
         return self.max_samples
 
-    def stop_reason(self, records: Sequence[RequestRecord]) -> tuple[Stop, str] | None:
-        n = len(records)
-        if any(not r.ok for r in records):
+    def looks_at(self, n: int) -> bool:
+        return n in self.schedule or n >= self.max_samples
+
+    def stop_reason(self, m: Measurement) -> tuple[Stop, str] | None:
+        n = len(m.records)
+        if m.failures:
             return Stop.REQUEST_FAILED, "a request failed"
         if n not in self.schedule:
             return None
         self.looks += 1
         self.last_level = look_level(self.confidence, len(self.schedule))
-        self.last_bounds = bounds(records, self.roof.round_ms, self.last_level,
-                                  self.roof.max_accept)
-        m = Measurement(backend="", records=records)
-        status = judge(self.budget, m, self.roof, self.last_bounds).status
+        self.last_bounds = bounds(m, self.roof.round_ms, self.last_level, self.roof.max_accept)
+        status = judge(self.budget, m, self.roof, self.last_bounds, final=False).status
         if status in ("pass", "fail"):
             return Stop.DECIDED, (f"decided at look {self.looks} ({n} requests, level "
                                   f"{self.last_level:.4f})")
@@ -82,7 +84,9 @@ def resolve_model(ref: ModelRef, values: dict[str, str], base: Path, origin: str
     return load_model(spec, ref.dtype, origin)
 
 
-def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str]) -> Roofline:
+def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str],
+                 batch: int | None = None) -> Roofline:
+    """The budget's roofline on ``hw``; ``batch`` (a concurrency level) overrides its batch."""
     base = budget.path.parent
     model = resolve_model(budget.model, values, base, budget.origin("model"))
     draft = (resolve_model(budget.draft_model, values, base, budget.origin("draft_model"))
@@ -91,8 +95,8 @@ def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str]) -> Roofli
         threads = budget.threads or threads_from_launch(budget.server.launch)
         reads = model.weight_bytes + (draft.weight_bytes if draft else 0.0)
         hw = matched_to_server(hw, threads, reads)
-    return compute_roofline(hw, model, budget.speculation, draft, budget.context, budget.batch,
-                            budget.overhead_ms, budget.origins)
+    return compute_roofline(hw, model, budget.speculation, draft, budget.context,
+                            batch or budget.batch, budget.overhead_ms, budget.origins)
 
 
 THREAD_FLAGS = ("-t", "--threads")  # llama-server; other CPU servers: [roofline] threads
@@ -172,22 +176,26 @@ def run_class(
     on_record: Callable[[Measurement], None] | None = None,
     partial: Callable[[ClassResult], None] | None = None,
     say: Callable[[str], None] | None = None,
+    concurrency: int = 1,
 ) -> ClassResult:
-    """Measure one class and judge it. ``partial`` sees the result so far after each request
-    (and once more, marked interrupted, when Ctrl-C or SIGTERM ends the measurement)."""
+    """Measure one class at one concurrency level and judge it. ``partial`` sees the result so
+    far after each request (and once more, marked interrupted, when Ctrl-C or SIGTERM ends the
+    measurement). At a level above 1 the roofline's batch is the level and the load is closed
+    loop (:mod:`pytest_specbound.measure.load`)."""
     values: dict[str, str] = {}
     if needs_demo(budget):
         from pytest_specbound.physics.demo import demo_models
 
         values.update(demo_models())
-    roof = roofline_for(budget, hw, values)
+    cls = cls.at(concurrency)
+    roof = roofline_for(budget, hw, values, concurrency if cls.level_ids else None)
     cfg = server_config(budget, settings, marker_server)
     server, backend = pool.get(cfg, values, name=budget.path.stem)
-    base = base_result(budget, cls, hw, roof)
+    base = base_result(budget, cls, hw, roof, concurrency)
     started = time.time()
     rule = SequentialRule(cls, roof, settings.confidence, settings.min_samples,
                           cls.samples or settings.samples)
-    what = f"{budget.path.name}::{cls.name} ({worker_label()})"
+    what = f"{budget.path.name}::{cls.name} at concurrency {concurrency} ({worker_label()})"
     last = [Measurement(backend.name)]
 
     def progress(cur: Measurement) -> None:
@@ -203,11 +211,16 @@ def run_class(
             if cfg.check_model:
                 check_served_model(budget, info, roof)
             sampler = Sampler(server.endpoint, backend, cfg.model_id, roof.max_accept)
-            m = measure(sampler,
-                        load_prompts(cls.prompts, budget.origin(f"classes.{cls.name}.prompts")),
-                        cls.max_tokens, rule,
-                        cls.warmup if cls.warmup is not None else settings.warmup,
-                        settings.max_seconds, progress, info=info)
+            prompts = load_prompts(cls.prompts, budget.origin(f"classes.{cls.name}.prompts"))
+            warmup = cls.warmup if cls.warmup is not None else settings.warmup
+            if concurrency == 1:
+                m = measure(sampler, prompts, cls.max_tokens, rule, warmup, settings.max_seconds,
+                            progress, info=info)
+            else:
+                m = measure_closed_loop(stream_samplers(sampler, concurrency), prompts,
+                                        cls.max_tokens, rule, warmup, settings.max_seconds,
+                                        progress, info=info,
+                                        window=CounterWindow(backend, server.endpoint))
     except KeyboardInterrupt:  # before sampling began (lock, info, warm-up): say so too
         if not last[0].interrupted:
             progress(replace(last[0], stop=Stop.INTERRUPTED, stopped="interrupted",
@@ -215,18 +228,21 @@ def run_class(
         raise
     if m.stop is Stop.TIME_BUDGET:  # stopped between looks: one more look at the same level
         rule.last_level = look_level(settings.confidence, len(rule.schedule))
-        rule.last_bounds = bounds(m.records, roof.round_ms, rule.last_level, roof.max_accept)
-    verdict = judge(cls, m, roof, rule.last_bounds)
+        rule.last_bounds = bounds(m, roof.round_ms, rule.last_level, roof.max_accept)
+    verdict = judge(cls, m, roof, rule.last_bounds, batching_setting=backend.batching_setting,
+                    backend=backend.name)
     return replace(running_result(base, m, rule, started), verdict=verdict, partial=False)
 
 
-def base_result(budget: Budget, cls: ClassBudget, hw: Hardware, roof: Roofline) -> ClassResult:
+def base_result(budget: Budget, cls: ClassBudget, hw: Hardware, roof: Roofline,
+                concurrency: int = 1) -> ClassResult:
     """What a class result says before any request: the budget, the thresholds, the roofline."""
     return ClassResult(
         budget=str(budget.path), class_name=cls.name, hardware=hw.label,
         verdict=Verdict("running"), budget_sha256=budget.sha256, model=roof.model.name,
         accept_band=cls.accept, min_efficiency=cls.min_efficiency, min_tok_s=cls.min_tok_s,
-        roofline=RooflineFigures.of(roof), partial=True)
+        roofline=RooflineFigures.of(roof), partial=True, concurrency=concurrency,
+        level_ids=cls.level_ids, max_ttft_ms=cls.max_ttft_ms)
 
 
 def running_result(base: ClassResult, m: Measurement, rule: SequentialRule,

@@ -10,6 +10,7 @@ from typing import Any
 from pytest_specbound.errors import ConfigError
 
 INCONCLUSIVE = ("fail", "pass", "skip")
+MAX_CONCURRENCY = 1024  # closed-loop streams per level (budget key and flag)
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,10 @@ OPTIONS = (
            "most measured requests per class", "20"),
     Option("specbound_min_samples", "--specbound-min-samples", None,
            "fewest measured requests per class before a verdict", "4"),
-    Option("specbound_warmup", "--specbound-warmup", None, "uncounted requests per class", "1"),
+    Option("specbound_warmup", "--specbound-warmup", None,
+           "uncounted requests per class (per stream at concurrency > 1)", "1"),
+    Option("specbound_concurrency", "--specbound-concurrency", "SPECBOUND_CONCURRENCY",
+           "concurrency levels for every class, overriding the budgets' (e.g. 1,4,16)"),
     Option("specbound_max_seconds", "--specbound-max-seconds", "SPECBOUND_MAX_SECONDS",
            "time budget per class in seconds", "600"),
     Option("specbound_confidence", "--specbound-confidence", "SPECBOUND_CONFIDENCE",
@@ -73,6 +77,19 @@ class Settings:
     confidence: float
     inconclusive: str
     budgets: tuple[str, ...]
+    concurrency: tuple[int, ...] | None = None  # overrides every class's levels
+
+
+def _levels(flag: str, text: str | None) -> tuple[int, ...] | None:
+    """``1,4,16`` -> (1, 4, 16): distinct whole numbers >= 1."""
+    if not text:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() and 1 <= int(p) <= MAX_CONCURRENCY for p in parts) \
+            or len(set(map(int, parts))) != len(parts):
+        raise ConfigError(f"{flag}={text}: expected distinct whole numbers in "
+                          f"[1, {MAX_CONCURRENCY}], comma-separated, e.g. 1,4,16")
+    return tuple(int(p) for p in parts)
 
 
 def _int(flag: str, text: str, low: int) -> int:
@@ -178,4 +195,5 @@ def resolve(
                           0, 1, open_low=True),
         inconclusive=inconclusive,
         budgets=budgets,
+        concurrency=_levels(origin("specbound_concurrency"), text("specbound_concurrency")),
     )

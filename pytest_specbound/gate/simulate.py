@@ -35,7 +35,7 @@ def run_sequential(rng: random.Random, budget: ClassBudget, roof: Roofline, tok_
 
     rule = SequentialRule(budget, roof, confidence, min_samples, max_samples)
     records: list[RequestRecord] = []
-    while rule.stop_reason(records) is None:
+    while rule.stop_reason(Measurement("sim", tuple(records))) is None:
         if noise:
             rec = synthetic_record(rng, tok_s * rng.choice(noise), accept, tokens, 0.0)
         else:

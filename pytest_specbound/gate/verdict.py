@@ -17,7 +17,7 @@ Diagnosis = Literal["drafter", "system", "both", "none"]
 Reason = Literal[
     "request_failed", "untimed", "no_data", "no_accept", "setup", "interrupted",
     "accept_below_band", "accept_above_band", "efficiency_below_min", "tok_s_below_min",
-    "ttft_above_max", "inconclusive",
+    "ttft_above_max", "not_batching", "inconclusive",
     "accept_estimated", "clock_disagreement", "server_clock_used", "untimed_retried",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
@@ -47,12 +47,31 @@ def _band(b: tuple[float, float]) -> str:
     return f"[{b[0]:g}, {b[1]:g}]"
 
 
+def batching_problem(m: Measurement, batching_setting: str | None = None,
+                     backend: str = "") -> str | None:
+    """A sentence when a level above 1 decoded fewer sequences at once than half-way from 1 to
+    its level (a server that queues requests instead of batching them), else None."""
+    n, co = m.concurrency, m.co_decoding
+    if n <= 1 or co is None or co >= 1 + (n - 1) / 2:
+        return None
+    agg, per_user = m.aggregate_tok_s, m.decode_tok_s
+    rates = (f" (aggregate {agg:.1f} tok/s, {per_user:.1f} per user)"
+             if agg is not None and per_user is not None else "")
+    where = (f"; {backend} caps concurrent sequences with {batching_setting}: set it to at "
+             f"least {n}" if batching_setting else "")
+    return (f"the server did not batch: {n} requests in flight, {co:.1f} decoded at once on "
+            f"average{rates}{where}")
+
+
 def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
-          bounds: dict[str, tuple[float, float]] | None = None) -> Verdict:
+          bounds: dict[str, tuple[float, float]] | None = None, final: bool = True,
+          batching_setting: str | None = None, backend: str = "") -> Verdict:
     """Compare ``m`` with ``budget``; ``bounds`` (optional) are confidence intervals per metric.
 
     With bounds, a threshold fails only when the whole interval is on the wrong side, passes
     only when the whole interval is on the right side, and is ``inconclusive`` otherwise.
+    ``final``: the measurement is complete (at a look during sampling, requests still in flight
+    are not yet in the overlaps, so batching is judged only at the end).
     """
     if m.failures:
         first = m.failures[0].error
@@ -108,9 +127,12 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
         if s == "bad":
             system = True
             reasons.append("efficiency_below_min")
+            level = (f" per user at concurrency {m.concurrency}, batch {roof.batch}"
+                     if m.concurrency > 1 else "")
             lines.append(
-                f"decode {tok_s:.1f} tok/s < floor {budget.min_efficiency * roof_tok_s:.1f} tok/s "
-                f"({budget.min_efficiency:.2f} x roofline {roof_tok_s:.1f} at accept {accept:.2f})")
+                f"decode {tok_s:.1f} tok/s{level} < floor {budget.min_efficiency * roof_tok_s:.1f} "
+                f"tok/s ({budget.min_efficiency:.2f} x roofline {roof_tok_s:.1f} at accept "
+                f"{accept:.2f})")
             in_band = (f"; accept {accept:.2f} is inside {_band(budget.accept)}"
                        if budget.accept is not None and not drafter else "")
             lines.append(f"per round {round_ms:.1f} ms vs roofline {roof.round_ms:.1f} ms: "
@@ -130,6 +152,11 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
         system = True
         reasons.append("ttft_above_max")
         lines.append(f"TTFT median {ttft:.0f} ms > max_ttft_ms {budget.max_ttft_ms:g}")
+    unbatched = batching_problem(m, batching_setting, backend) if final else None
+    if unbatched:
+        system = True
+        reasons.append("not_batching")
+        lines.append(unbatched)
     if drafter and budget.min_efficiency is not None and not system:
         lines.append(f"efficiency {efficiency:.2f} >= {budget.min_efficiency:.2f} is still fine: "
                        "the system did not slow down")

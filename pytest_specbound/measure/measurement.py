@@ -5,8 +5,10 @@ from __future__ import annotations
 import enum
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
+from pytest_specbound.measure.overlap import Overlap, overlaps
 from pytest_specbound.serving.records import AcceptSource, RequestRecord, ServerInfo
 
 CLOCK_TOLERANCE = 0.05  # client and server decode rates further apart than this are flagged
@@ -30,6 +32,7 @@ class Ttft:
 
     median: float | None = None
     p90: float | None = None
+    p99: float | None = None
 
 
 @dataclass(frozen=True)
@@ -45,10 +48,51 @@ class Measurement:
     interrupted: bool = False
     untimed: Sequence[RequestRecord] = ()  # retried: not counted
     max_untimed: int = 0
+    concurrency: int = 1  # closed-loop streams
+    drained: Sequence[RequestRecord] = ()  # finished after the rule stopped: load, not counted
+    window_accept: float | None = None  # from server counters over the level's whole window
 
     def __post_init__(self) -> None:  # sequences given as lists are kept as tuples
-        object.__setattr__(self, "records", tuple(self.records))
-        object.__setattr__(self, "untimed", tuple(self.untimed))
+        for name in ("records", "untimed", "drained"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    @cached_property
+    def overlaps(self) -> list[Overlap | None]:
+        """Per counted record: requests in flight and decoding while it decoded, its share."""
+        return overlaps(self.records, (*self.untimed, *self.drained))
+
+    def _timed_overlaps(self) -> list[tuple[RequestRecord, Overlap]]:
+        return [(r, o) for r, o in zip(self.records, self.overlaps, strict=True)
+                if o is not None and r.ok and r.decode_s > 0]
+
+    def with_overlaps(self) -> Measurement:
+        """This measurement with each counted record's in_flight and co_decoding filled in."""
+        records = tuple(r if o is None else replace(r, in_flight=round(o.in_flight, 3),
+                                                    co_decoding=round(o.co_decoding, 3))
+                        for r, o in zip(self.records, self.overlaps, strict=True))
+        return replace(self, records=records)
+
+    @property
+    def co_decoding(self) -> float | None:
+        """Sequences decoding at once, time-weighted over the counted requests' decodes."""
+        pairs = self._timed_overlaps()
+        total = sum(r.decode_s for r, _ in pairs)
+        return sum(o.co_decoding * r.decode_s for r, o in pairs) / total if total > 0 else None
+
+    @property
+    def in_flight(self) -> float | None:
+        """Requests in flight (sent, unfinished), time-weighted likewise."""
+        pairs = self._timed_overlaps()
+        total = sum(r.decode_s for r, _ in pairs)
+        return sum(o.in_flight * r.decode_s for r, o in pairs) / total if total > 0 else None
+
+    @property
+    def aggregate_tok_s(self) -> float | None:
+        """Decode tokens of all counted requests over their summed shares of wall time: the
+        server's output rate while the level ran (equals decode_tok_s at concurrency 1)."""
+        pairs = self._timed_overlaps()
+        share = sum(o.share_s for _, o in pairs)
+        return sum(r.decode_tokens for r, _ in pairs) / share if share > 0 else None
 
     @property
     def ok(self) -> list[RequestRecord]:
@@ -79,7 +123,9 @@ class Measurement:
         """Tokens over verify steps, summed over requests (bonus token included)."""
         recs = [r for r in self.ok if r.verify_steps]
         steps = sum(r.verify_steps or 0.0 for r in recs)
-        return sum(r.decode_tokens for r in recs) / steps if steps > 0 else None
+        if steps > 0:
+            return sum(r.decode_tokens for r in recs) / steps
+        return self.window_accept
 
     @property
     def clock_ratio(self) -> float | None:
@@ -123,14 +169,16 @@ class Measurement:
         for s in ("estimate", "metrics", "server"):  # the weakest source used is the one named
             if s in sources:
                 return s
-        return "none"
+        return "window" if self.window_accept is not None else "none"
 
     def ttft_ms(self) -> Ttft:
         values = sorted(r.ttft_s * 1e3 for r in self.ok if r.clock == "client")
         if not values:
             return Ttft()
-        p90 = values[min(len(values) - 1, round(0.9 * (len(values) - 1)))]
-        return Ttft(statistics.median(values), p90)
+        def pct(q: float) -> float:
+            return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+        return Ttft(statistics.median(values), pct(0.9), pct(0.99))
 
     def to_json(self, chunks: bool = False) -> dict[str, object]:
         """The measurement as ``specbound measure --format json`` prints it."""
@@ -141,7 +189,11 @@ class Measurement:
             "accept_source": self.accept_source,
             "decode_tok_s": self.decode_tok_s,
             "server_decode_tok_s": self.server_decode_tok_s,
-            "ttft_ms": {"median": ttft.median, "p90": ttft.p90},
+            "ttft_ms": {"median": ttft.median, "p90": ttft.p90, "p99": ttft.p99},
+            "concurrency": self.concurrency,
+            "aggregate_tok_s": self.aggregate_tok_s,
+            "in_flight": self.in_flight,
+            "co_decoding": self.co_decoding,
             "samples": len(self.records),
             "failures": len(self.failures),
             "warmup": self.warmup,
@@ -157,4 +209,5 @@ class Measurement:
             "server": self.info.to_json(),
             "requests": [r.to_json(chunks) for r in self.records],
             "untimed_requests": [r.to_json(chunks) for r in self.untimed],
+            "drained_requests": [r.to_json(chunks) for r in self.drained],
         }

@@ -22,8 +22,12 @@ class StoppingRule(Protocol):
     def sample_budget(self) -> int:
         """The most requests the rule counts (also how many untimed ones may be retried)."""
 
-    def stop_reason(self, records: Sequence[RequestRecord]) -> tuple[Stop, str] | None:
+    def stop_reason(self, m: Measurement) -> tuple[Stop, str] | None:
         """Why to stop now (the reason and a sentence), or None to keep sampling."""
+
+    def looks_at(self, n: int) -> bool:
+        """Whether :meth:`stop_reason` judges the figures at ``n`` counted requests (where the
+        accept length must be current); failures and budgets stop it at any count."""
 
 
 @dataclass(frozen=True)
@@ -36,9 +40,12 @@ class FixedCount:
     def sample_budget(self) -> int:
         return self.n
 
-    def stop_reason(self, records: Sequence[RequestRecord]) -> tuple[Stop, str] | None:
-        return (Stop.FIXED_COUNT, f"fixed count of {self.n} requests") if len(records) >= self.n \
-            else None
+    def stop_reason(self, m: Measurement) -> tuple[Stop, str] | None:
+        return (Stop.FIXED_COUNT, f"fixed count of {self.n} requests") \
+            if len(m.records) >= self.n else None
+
+    def looks_at(self, n: int) -> bool:
+        return n >= self.n
 
 
 def untimed_reason(record: RequestRecord, max_accept: int) -> str | None:
@@ -63,12 +70,14 @@ class Sampler:
     """Sends one request and turns the stream into a record with the best accept source."""
 
     def __init__(self, endpoint: Endpoint, backend: Backend, model: str | None = None,
-                 max_accept: int = DEFAULT_MAX_ACCEPT) -> None:
+                 max_accept: int = DEFAULT_MAX_ACCEPT, counters_per_request: bool = True) -> None:
         self.endpoint = endpoint
         self.backend = backend
         self.model = model
         self.max_accept = max(1, max_accept)
-        self.counters_needed = True  # until a request shows the server reports all we need
+        # scrape counters around each request until one shows the server reports all we need;
+        # never under concurrency (other requests move the counters: see measure.load)
+        self.counters_needed = counters_per_request
 
     def _scrape_if_needed(self) -> dict[str, float] | None:
         return self._scrape() if self.counters_needed else None
@@ -94,7 +103,7 @@ class Sampler:
                 k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
             record = self.backend.server_clock_from_deltas(delta, record)
             if record.accept_source != "server":
-                accept = self.backend.accept_from_deltas(delta, record)
+                accept = self.backend.accept_from_deltas(delta)
                 if accept is not None:
                     record = replace(record, accept_length=accept, accept_source="metrics")
         if record.accept_source not in ("server", "metrics"):
@@ -104,6 +113,7 @@ class Sampler:
                 record = replace(record, accept_length=estimate, accept_source="estimate")
         if record.accept_source == "server" and clock_in_fields:
             self.counters_needed = False  # per-request fields carry both: no scrapes from now on
+        record = replace(record, sent_s=result.sent_at)  # perf_counter; rebased by measure()
         problem = untimed_reason(record, self.max_accept)
         if problem and record.server_decode_s:  # the server timed it: use its clock, say so
             return replace(record, decode_s=record.server_decode_s, clock="server",
@@ -116,6 +126,54 @@ class Sampler:
         except ConnectFailed:
             time.sleep(0.5)  # nothing was sent: one bounded retry is safe (a started stream
             return self.endpoint.stream(path, body)  # is never replayed: that hides a failure)
+
+
+class Collector:
+    """The records of one level as they arrive: counted (timed or failed), untimed (retried),
+    drained (finished after the rule stopped), with send times on the level's clock."""
+
+    def __init__(self, backend: str, rule: StoppingRule, warmup: int, max_untimed: int | None,
+                 info: ServerInfo | None, concurrency: int = 1) -> None:
+        self.backend = backend
+        self.warmup = warmup
+        self.allowance = rule.sample_budget if max_untimed is None else max_untimed
+        self.info = info or ServerInfo()
+        self.concurrency = concurrency
+        self.origin = time.perf_counter()  # the level's clock starts when counting does
+        self.records: list[RequestRecord] = []
+        self.untimed: list[RequestRecord] = []
+        self.drained: list[RequestRecord] = []
+        self.window_accept: float | None = None
+        self.window_counters = False  # True: counters give the accept; drop stream estimates
+
+    def start(self) -> None:
+        self.origin = time.perf_counter()
+
+    def _on_level_clock(self, record: RequestRecord) -> RequestRecord:
+        sent = None if record.sent_s is None else record.sent_s - self.origin
+        return replace(record, sent_s=sent, concurrency=self.concurrency)
+
+    def add(self, record: RequestRecord) -> tuple[Stop, str] | None:
+        """Count ``record`` (or keep it apart as untimed); a stop when untimed ones are too many."""
+        record = self._on_level_clock(record)
+        if self.window_counters and record.accept_source == "estimate":
+            record = replace(record, accept_length=None, accept_source="none")
+        if record.ok and record.untimed:
+            self.untimed.append(record)
+            if len(self.untimed) > self.allowance:
+                return Stop.UNTIMED, self.now().untimed_note() or ""
+            return None
+        self.records.append(record)
+        return None
+
+    def drain(self, record: RequestRecord) -> None:
+        self.drained.append(self._on_level_clock(record))
+
+    def now(self, stop: Stop | None = None, stopped: str = "",
+            interrupted: bool = False) -> Measurement:
+        return Measurement(self.backend, tuple(self.records), self.warmup, stopped, stop, self.info,
+                           interrupted, tuple(self.untimed), self.allowance, self.concurrency,
+                           tuple(self.drained), self.window_accept)
 
 
 def measure(
@@ -131,42 +189,34 @@ def measure(
 ) -> Measurement:
     """Run ``warmup`` uncounted requests, then sample prompts round-robin until ``rule`` stops.
 
-    ``on_record`` sees the measurement so far after every request. A request the client could
-    not time is kept apart and retried; past ``max_untimed`` such requests (default: the rule's
-    sample budget) sampling stops with :attr:`Stop.UNTIMED`. Ctrl-C ends sampling with
+    One request at a time (:func:`pytest_specbound.measure.load.measure_closed_loop` keeps N in
+    flight). ``on_record`` sees the measurement so far after every request. A request the client
+    could not time is kept apart and retried; past ``max_untimed`` such requests (default: the
+    rule's sample budget) sampling stops with :attr:`Stop.UNTIMED`. Ctrl-C ends sampling with
     :attr:`Stop.INTERRUPTED`: the measurement so far goes to ``on_record``, then the interrupt
     propagates.
     """
-    allowance = rule.sample_budget if max_untimed is None else max_untimed
-    records: list[RequestRecord] = []
-    untimed: list[RequestRecord] = []
-
-    def now(stop: Stop | None = None, stopped: str = "", interrupted: bool = False) -> Measurement:
-        return Measurement(sampler.backend.name, tuple(records), warmup, stopped, stop,
-                           info or ServerInfo(), interrupted, tuple(untimed), allowance)
-
+    got = Collector(sampler.backend.name, rule, warmup, max_untimed, info)
     try:
         for i in range(warmup):
             sampler.one(prompts[i % len(prompts)], max_tokens)
         start = time.monotonic()
+        got.start()
         i = 0
         while True:
-            reason = rule.stop_reason(records)
+            reason = rule.stop_reason(got.now())
             if reason:
-                return now(*reason)
+                return got.now(*reason).with_overlaps()
             if max_seconds is not None and time.monotonic() - start > max_seconds:
-                return now(Stop.TIME_BUDGET, f"time budget of {max_seconds:g} s")
+                return got.now(Stop.TIME_BUDGET, f"time budget of {max_seconds:g} s").with_overlaps()
             record = sampler.one(prompts[i % len(prompts)], max_tokens)
             i += 1
-            if record.ok and record.untimed:
-                untimed.append(record)
-                if len(untimed) > allowance:
-                    return now(Stop.UNTIMED, now().untimed_note() or "")
-            else:
-                records.append(record)
+            stop = got.add(record)
+            if stop:
+                return got.now(*stop).with_overlaps()
             if on_record:
-                on_record(now())
+                on_record(got.now())
     except KeyboardInterrupt:
         if on_record:
-            on_record(now(Stop.INTERRUPTED, "interrupted", interrupted=True))
+            on_record(got.now(Stop.INTERRUPTED, "interrupted", interrupted=True).with_overlaps())
         raise

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.serving.records import RequestRecord
 
 
@@ -91,9 +92,17 @@ def ratio_interval(ys: Sequence[float], xs: Sequence[float], level: float) -> In
     return Interval(r, r - q * se, r + q * se)
 
 
-def bounds(records: Sequence[RequestRecord], round_ms: float, level: float,
+def bounds(measured: Measurement | Sequence[RequestRecord], round_ms: float, level: float,
            max_accept: float | None = None) -> dict[str, tuple[float, float]]:
-    """Intervals for ``decode_tok_s``, ``accept_length`` and ``efficiency`` at ``level``."""
+    """Intervals for ``decode_tok_s``, ``accept_length``, ``efficiency`` and
+    ``aggregate_tok_s`` at ``level``.
+
+    Where the accept length comes from server counters over the level's window (no per-request
+    figure), it has no interval: it is the server's own total, and efficiency's interval is the
+    decode rate's, scaled by it.
+    """
+    m = measured if isinstance(measured, Measurement) else Measurement("", tuple(measured))
+    records = m.records
     ok = [r for r in records if r.ok and r.decode_s > 0]
     tokens = [float(r.decode_tokens) for r in ok]
     seconds = [r.decode_s for r in ok]
@@ -111,9 +120,19 @@ def bounds(records: Sequence[RequestRecord], round_ms: float, level: float,
             if eff:
                 s = round_ms / 1e3
                 out["efficiency"] = (eff.low * s, eff.high * s)
-    elif rate:  # no speculation: accept is 1 and efficiency is rate x round time
-        s = round_ms / 1e3
-        out["efficiency"] = (rate.low * s, rate.high * s)
+    elif rate:  # no per-request accept: the window's (fixed), else 1 (no speculation)
+        fixed = m.window_accept or 1.0
+        if m.window_accept is not None:
+            out["accept_length"] = (fixed, fixed)
+        if max_accept is None or fixed <= max_accept:
+            s = round_ms / 1e3 / fixed
+            out["efficiency"] = (rate.low * s, rate.high * s)
+    pairs = [(r, o) for r, o in zip(records, m.overlaps, strict=True)
+             if o is not None and r.ok and r.decode_s > 0]
+    aggregate = ratio_interval([float(r.decode_tokens) for r, _ in pairs],
+                               [o.share_s for _, o in pairs], level)
+    if aggregate:
+        out["aggregate_tok_s"] = (aggregate.low, aggregate.high)
     return out
 
 

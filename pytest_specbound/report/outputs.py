@@ -72,12 +72,13 @@ class Outputs:
         lines = terminal(self.results).splitlines()
         seen = set()
         for r in self.results:
-            key = (r.budget, r.hardware)
+            key = (r.budget, r.hardware, r.roofline.batch if r.roofline else 0)
             if key in seen or r.roofline is None:
                 continue
             seen.add(key)
             roof = r.roofline
-            lines.append(f"roofline {r.model} ({basename(r.budget)}) on {r.hardware}: "
+            batch = f" at batch {roof.batch}" if roof.batch > 1 else ""
+            lines.append(f"roofline {r.model} ({basename(r.budget)}) on {r.hardware}{batch}: "
                          f"{roof.round_ms:.1f} ms per round = {components_line(roof.components_ms)}"
                          f", bound: {roof.bound}")
         if self.settings.json_path:

@@ -1,11 +1,14 @@
 """tok/s against accept length: the roofline and floor lines, each class's measured point with its
-intervals (accept and tok/s, from the last look) and its accept band; labels never overlap."""
+intervals (accept and tok/s, from the last look) and its accept band; labels never overlap.
+Where classes ran at several concurrency levels, a second panel: per-user tok/s against
+concurrency, with the roofline and the floor at each level."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_specbound.atomic import replacing
 from pytest_specbound.errors import ConfigError
@@ -21,18 +24,23 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
     except ImportError:
         raise ConfigError("--specbound-plot needs matplotlib: pip install "
                           "'pytest-specbound[plot]'") from None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    groups: dict[tuple[str, str], list[ClassResult]] = {}
+    leveled = any(r.concurrency > 1 for r in results)
+    fig, axes = plt.subplots(1, 2 if leveled else 1, figsize=(13 if leveled else 7, 4.5),
+                             squeeze=False)
+    ax = axes[0][0]
+    if leveled:
+        _concurrency_panel(axes[0][1], results)
+    groups: dict[tuple[str, str, int], list[ClassResult]] = {}
     points: list[tuple[float, float, str]] = []
     for r in results:
         if r.roofline and r.decode_tok_s is not None:
-            groups.setdefault((r.budget, r.hardware), []).append(r)
-    for (budget, hw), rs in groups.items():
+            groups.setdefault((r.budget, r.hardware, r.roofline.batch), []).append(r)
+    for (budget, hw, batch), rs in groups.items():
         roof = rs[0].roofline
         assert roof is not None
         round_ms = roof.round_ms
         xs = [1 + i * (roof.max_accept - 1) / 50 for i in range(51)]
-        label = f"{Path(budget).stem} on {hw}"
+        label = f"{Path(budget).stem} on {hw}" + (f", batch {batch}" if batch > 1 else "")
         ax.plot(xs, [x / round_ms * 1e3 for x in xs], label=f"roofline ({label})")
         effs = [r.min_efficiency for r in rs if r.min_efficiency]
         if effs:
@@ -49,7 +57,8 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
             yerr = _err(y, b.get("decode_tok_s"))
             ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="o", color=color, capsize=3,
                         zorder=3)
-            points.append((x, y, f"{r.class_name} {y:.0f}"))
+            level = f" c{r.concurrency}" if r.concurrency > 1 else ""
+            points.append((x, y, f"{r.class_name}{level} {y:.0f}"))
     ax.autoscale_view()
     scale = 72.0 / fig.dpi  # display pixels -> points, the unit of annotation offsets
     shown = [ax.transData.transform((x, y)) * scale for x, y, _ in points]
@@ -64,6 +73,39 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
     with replacing(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
     plt.close(fig)
+
+
+def _concurrency_panel(ax: Any, results: Sequence[ClassResult]) -> None:
+    """Per-user decode tok/s against concurrency per class, with the roofline (per sequence, at
+    batch = level and the measured accept) and the floor at each measured level."""
+    series: dict[tuple[str, str, str], list[ClassResult]] = {}
+    for r in results:
+        if r.decode_tok_s is not None and r.verdict.roofline_tok_s is not None:
+            series.setdefault((r.budget, r.hardware, r.class_name), []).append(r)
+    for (budget, hw, name), rs in series.items():
+        rs = sorted(rs, key=lambda r: r.concurrency)
+        xs = [r.concurrency for r in rs]
+        line = ax.plot(xs, [r.verdict.roofline_tok_s for r in rs], "-", alpha=0.6,
+                       label=f"roofline {name} ({Path(budget).stem} on {hw})")
+        color = line[0].get_color()
+        floors = [r.verdict.floor_tok_s for r in rs]
+        if any(f is not None for f in floors):
+            ax.plot(xs, [f if f is not None else math.nan for f in floors], "--", color=color,
+                    alpha=0.6, label=f"floor {name}")
+        for r in rs:
+            y = r.decode_tok_s or 0.0
+            marker = "tab:green" if r.status == "pass" else "tab:red"
+            ax.errorbar([r.concurrency], [y], yerr=_err(y, (r.bounds or {}).get("decode_tok_s")),
+                        fmt="o", color=marker, capsize=3, zorder=3)
+    ax.set_xscale("log", base=2)
+    levels = sorted({r.concurrency for rs in series.values() for r in rs})
+    ax.set_xticks(levels, [str(n) for n in levels])
+    ax.minorticks_off()
+    ax.set_xlabel("concurrency (closed-loop streams = roofline batch)")
+    ax.set_ylabel("decode tok/s per user")
+    ax.set_title("per-user tok/s vs concurrency")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 def _err(value: float, interval: tuple[float, float] | None) -> list[list[float]] | None:

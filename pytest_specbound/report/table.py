@@ -6,8 +6,17 @@ from collections.abc import Sequence
 
 from pytest_specbound.gate.result import ClassResult, basename
 
-HEADERS = ("class", "hardware", "accept [band]", "tok/s", "floor", "roofline", "efficiency",
-           "verdict")
+HEADERS = ("class", "hardware", "conc", "accept [band]", "tok/s", "floor", "roofline",
+           "efficiency", "verdict")
+AGGREGATE = "aggregate"  # a column only where some result ran above concurrency 1
+
+
+def headers(results: Sequence[ClassResult]) -> tuple[str, ...]:
+    """The table's columns: tok/s is per user; the aggregate appears with concurrency > 1."""
+    if any(r.concurrency > 1 for r in results):
+        i = HEADERS.index("tok/s") + 1
+        return (*HEADERS[:i], AGGREGATE, *HEADERS[i:])
+    return HEADERS
 
 
 def _num(value: float | None, spec: str) -> str:
@@ -15,6 +24,7 @@ def _num(value: float | None, spec: str) -> str:
 
 
 def rows(results: Sequence[ClassResult]) -> list[tuple[str, ...]]:
+    with_aggregate = AGGREGATE in headers(results)
     out: list[tuple[str, ...]] = []
     for r in results:
         accept = _num(r.accept_length, ".2f")
@@ -22,10 +32,13 @@ def rows(results: Sequence[ClassResult]) -> list[tuple[str, ...]]:
             accept += f" [{r.accept_band[0]:g}, {r.accept_band[1]:g}]"
         if r.accept_source == "estimate":
             accept += " (est.)"
+        if r.accept_source == "window":
+            accept += " (window)"
         v = r.verdict
+        aggregate = (_num(r.aggregate_tok_s, ".1f"),) if with_aggregate else ()
         out.append((
-            f"{basename(r.budget)}::{r.class_name}", r.hardware, accept,
-            _num(r.decode_tok_s, ".1f"), _num(v.floor_tok_s, ".1f"),
+            f"{basename(r.budget)}::{r.class_name}", r.hardware, str(r.concurrency), accept,
+            _num(r.decode_tok_s, ".1f"), *aggregate, _num(v.floor_tok_s, ".1f"),
             _num(v.roofline_tok_s, ".1f"), _num(v.efficiency, ".2f"), v.status.upper(),
         ))
     return out
@@ -39,8 +52,9 @@ def notes(results: Sequence[ClassResult]) -> list[str]:
 
 def terminal(results: Sequence[ClassResult]) -> str:
     body = rows(results)
-    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(HEADERS)]
-    line = "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=False))
+    cols = headers(results)
+    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(cols)]
+    line = "  ".join(h.ljust(w) for h, w in zip(cols, widths, strict=False))
     out = [line, "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) for row in body]
     out += [f"note: {line}" for line in notes(results)]
@@ -48,8 +62,9 @@ def terminal(results: Sequence[ClassResult]) -> str:
 
 
 def markdown(results: Sequence[ClassResult]) -> str:
-    out = ["### specbound", "", "| " + " | ".join(HEADERS) + " |",
-           "|" + "|".join("---" for _ in HEADERS) + "|"]
+    cols = headers(results)
+    out = ["### specbound", "", "| " + " | ".join(cols) + " |",
+           "|" + "|".join("---" for _ in cols) + "|"]
     out += ["| " + " | ".join(row) + " |" for row in rows(results)]
     out += [f"\n- note: {line}" if i == 0 else f"- note: {line}"
             for i, line in enumerate(notes(results))]

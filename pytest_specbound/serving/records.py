@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Literal, get_args
 
-AcceptSource = Literal["server", "metrics", "estimate", "none"]
+AcceptSource = Literal["server", "metrics", "window", "estimate", "none"]
+# window: server counters over a whole concurrency level (no per-request figure exists)
 ACCEPT_SOURCES: tuple[AcceptSource, ...] = get_args(AcceptSource)
 Clock = Literal["client", "server"]  # whose clock a request's decode time is on
 JSONObject = Mapping[str, object]  # raw server fields, stored as the server sent them
@@ -32,6 +33,10 @@ class RequestRecord:
     clock: Clock = "client"  # "server" where the client's clock failed and the server's was used
     client_untimed: str | None = None  # why the client's clock failed (then clock is "server")
     server: JSONObject = field(default_factory=dict)  # raw per-request server fields
+    sent_s: float | None = None  # when it was sent, seconds since its level's window began
+    concurrency: int = 1  # the closed-loop level it ran at (streams kept busy)
+    in_flight: float | None = None  # requests sent and unfinished, time-averaged over its decode
+    co_decoding: float | None = None  # requests past their first token, likewise (itself included)
 
     @property
     def ok(self) -> bool:
@@ -56,6 +61,21 @@ class RequestRecord:
     @property
     def decode_tok_s(self) -> float | None:
         return self.decode_tokens / self.decode_s if self.decode_s > 0 else None
+
+    @property
+    def decode_window(self) -> tuple[float, float] | None:
+        """First token to last token, on the level's clock (where the send time is known)."""
+        if self.sent_s is None or not self.ok:
+            return None
+        start = self.sent_s + self.ttft_s
+        last = self.chunk_times_s[-1] if self.chunk_times_s else self.ttft_s + self.decode_s
+        return start, self.sent_s + max(last, self.ttft_s)
+
+    @property
+    def span(self) -> tuple[float, float] | None:
+        """Sent to last token, on the level's clock."""
+        window = self.decode_window
+        return (self.sent_s, window[1]) if window and self.sent_s is not None else None
 
     def to_json(self, chunks: bool = False) -> dict[str, object]:
         """The record in the results JSON (chunk timings only when asked)."""

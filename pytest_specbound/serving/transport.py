@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import functools
 import http.client
 import io
@@ -248,6 +249,15 @@ def ca_bundle_from_env() -> str | None:
     return os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE") or None
 
 
+def _session() -> requests.Session:
+    session = requests.Session()
+    session.trust_env = False  # proxies and CA bundle are resolved by the Endpoint, explicitly
+    adapter = _StampingAdapter()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
 class Endpoint:
     """One server base URL. Every request opens a fresh connection (no stale keep-alive)."""
 
@@ -261,11 +271,14 @@ class Endpoint:
         self.connect_timeout_s = connect_timeout_s
         self.proxies = proxies_for(self.base_url)
         self.verify: str | bool = ca_bundle or ca_bundle_from_env() or True
-        self.session = requests.Session()
-        self.session.trust_env = False  # proxies and CA bundle are resolved above, explicitly
-        adapter = _StampingAdapter()
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
+        self.session = _session()
+
+    def clone(self) -> Endpoint:
+        """The same server, settings and key, with a session of its own (one per thread:
+        a requests.Session is not meant to be shared between threads)."""
+        other = copy.copy(self)
+        other.session = _session()
+        return other
 
     @property
     def proxied(self) -> bool:

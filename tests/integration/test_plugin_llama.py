@@ -99,6 +99,8 @@ def test_cpu_demo_budget_main_command(pytester):
     out = result.stdout.str()
     assert "specbound summary" in out and "cpu-demo.toml::coding" in out, out
     doc = json.loads((pytester.path / "r.json").read_text())
-    assert {r["class"] for r in doc["results"]} == {"coding", "repetitive"}
+    assert {(r["class"], r["concurrency"]) for r in doc["results"]} == {
+        ("coding", 1), ("coding", 4), ("repetitive", 1), ("repetitive", 4)}
     assert all(r["accept_source"] == "server" for r in doc["results"])
-    result.assert_outcomes(passed=2)
+    assert "cpu-demo.toml::coding[cpu-c4]" in out  # per-level verdicts
+    result.assert_outcomes(passed=4)

@@ -128,3 +128,27 @@ def test_every_request_of_a_run_is_timed(server, tiny_llama, prompt_class):
     if len(client) >= 5:  # pooled, the client's and the server's rates agree
         assert abs(m.clock_ratio - 1) <= 0.05, m.clock_ratio
     assert len(m.records) - len(client) == m.to_json()["server_timed"]
+
+
+def test_concurrency_one_and_four(server, tiny_llama):
+    """Closed-loop load on real vLLM: at 4 streams vLLM batches (several sequences decode at
+    once, the aggregate rate grows); the accept length comes from the per-request fields or,
+    without them, from the counters over the level's whole window."""
+    from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, stream_samplers
+
+    srv, per_request = server
+    backend = VLLM()
+    base = Sampler(srv.endpoint, backend, str(tiny_llama), max_accept=4)
+    prompts = load_prompts("repetitive")
+    one = measure(base, prompts, 64, FixedCount(8), warmup=1)
+    four = measure_closed_loop(stream_samplers(base, 4), prompts, 64, FixedCount(12), warmup=1,
+                               window=CounterWindow(backend, srv.endpoint))
+    assert not one.failures and not four.failures, [r.error for r in four.failures]
+    assert four.accept_source == ("server" if per_request else "window")
+    assert all(r.decode_s > 0 for r in four.records)
+    assert four.co_decoding > 2.0, four.co_decoding
+    assert four.aggregate_tok_s > 1.3 * one.aggregate_tok_s, (four.aggregate_tok_s,
+                                                              one.aggregate_tok_s)
+    # the same greedy prompts: n-gram lookup accepts alike one at a time and four at a time
+    assert four.accept_length == pytest.approx(one.accept_length, abs=0.25)
+    assert four.accept_length > 1.2

@@ -118,7 +118,8 @@ def test_no_hardware_skips_with_what_to_pass(pytester_env, fake_vllm):
     [
         (lambda t: t.replace("[classes.chat]", "[classes.chat\n"), "budgets/gate.toml:15: TOML syntax error"),
         (lambda t: t.replace("max_tokens = 41", "max_token = 41"),
-         "budgets/gate.toml:17: classes.chat.max_token: unknown key; valid: accept, max_tokens"),
+         "budgets/gate.toml:17: classes.chat.max_token: unknown key; valid: accept, concurrency, "
+         "max_tokens"),
         (lambda t: t.replace("max_tokens = 41", 'max_tokens = "41"'),
          "budgets/gate.toml:17: classes.chat.max_tokens: must be an integer, got '41'"),
         (lambda t: t.replace("[3.5, 4.0]", "[4.0, 3.5]"),
@@ -236,7 +237,7 @@ def test_step_summary_markdown(pytester_env, fake_vllm, monkeypatch):
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     run_gate(pytester_env, fake_vllm.url, "[4.5, 5.0]", 0.5)
     text = summary.read_text()
-    assert "| class | hardware | accept [band] |" in text and "| FAIL |" in text
+    assert "| class | hardware | conc | accept [band] |" in text and "| FAIL |" in text
     assert "the drafter (or the prompts) changed" in text
 
 

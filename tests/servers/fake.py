@@ -29,6 +29,7 @@ class Script:
     per_request_metrics: bool = True  # vLLM --per-request-spec-decode-metrics
     ready_after_s: float = 0.0
     burst: bool = False  # write the whole stream at the end in one go (a server that buffers)
+    slots: int | None = None  # generation requests served at once; the rest wait (llama -np)
 
     @property
     def completion_tokens(self) -> int:
@@ -80,6 +81,7 @@ class FakeServer:
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._lock = threading.Lock()
+        self.slots = threading.Semaphore(self.script.slots) if self.script.slots else None
 
     @property
     def url(self) -> str:
@@ -294,11 +296,16 @@ class _Handler(BaseHTTPRequestHandler):
             if route is None:
                 self._json({"error": "not found"}, 404)
                 return
+            slots = self.server_ref.slots
+            if slots is not None:
+                slots.acquire()  # queued until a slot is free: the wait shows as TTFT
             self.server_ref.enter()
             try:
                 route(body)
             finally:
                 self.server_ref.leave()
+                if slots is not None:
+                    slots.release()
         except (ConnectionAbortedError, BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 

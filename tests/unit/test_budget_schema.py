@@ -47,7 +47,8 @@ CLASS = {"prompts": ('"coding"', lambda c: c.prompts == "coding"),
          "min_tok_s": ("12", lambda c: c.min_tok_s == 12),
          "max_ttft_ms": ("250", lambda c: c.max_ttft_ms == 250),
          "samples": ("9", lambda c: c.samples == 9),
-         "warmup": ("0", lambda c: c.warmup == 0)}
+         "warmup": ("0", lambda c: c.warmup == 0),
+         "concurrency": ("[1, 4]", lambda c: c.concurrency == (1, 4))}
 ROOFLINE = {"context": ("0", lambda b: b.context == 0),
             "overhead_ms": ("0", lambda b: b.overhead_ms == 0),
             "batch": ("4", lambda b: b.batch == 4),

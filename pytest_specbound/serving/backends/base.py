@@ -31,6 +31,7 @@ class Backend:
     metric_names: tuple[str, ...] = ()  # counters whose deltas give the accept length
     chunks_are_steps = True  # one SSE chunk per verify step (stream_interval 1)
     drains_metrics = False  # True where reading the metrics resets them
+    batching_setting: str | None = None  # the server flag that caps concurrent sequences
 
     # -- request -------------------------------------------------------------------------
     def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
@@ -127,8 +128,9 @@ class Backend:
         totals = counter_totals(body.decode("utf-8", "replace"), self.metric_names)
         return totals if totals else None
 
-    def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
-        """Accept length from counter deltas around one request (concurrency 1)."""
+    def accept_from_deltas(self, delta: dict[str, float], requests: int = 1) -> float | None:
+        """Accept length from counter deltas over a window that covers ``requests`` requests
+        (one at concurrency 1; every request of a level's window at higher concurrency)."""
         return None
 
     def server_clock_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> RequestRecord:

@@ -36,6 +36,7 @@ def llama_server_binary() -> str:
 
 class LlamaCpp(Backend):
     name = "llamacpp"
+    batching_setting = "-np / --parallel (slots)"
     ready_paths = ("/health",)
     metric_names = (ACCEPTED, DRAFTS)
     chunks_are_steps = False  # one event per token: verify steps show only as arrival gaps
@@ -87,7 +88,7 @@ class LlamaCpp(Backend):
                 changes.update(accept_length=accept, accept_source="server")
         return replace(record, **changes)
 
-    def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
+    def accept_from_deltas(self, delta: dict[str, float], requests: int = 1) -> float | None:
         drafts = delta.get(DRAFTS, 0.0)
         return 1 + delta.get(ACCEPTED, 0.0) / drafts if drafts > 0 else None
 

@@ -15,6 +15,7 @@ VERIFY_CALLS = "sglang:spec_verify_calls_total"
 
 class SGLang(Backend):
     name = "sglang"
+    batching_setting = "--max-running-requests"
     ready_paths = ("/health_generate",)
     metric_names = (GEN_TOKENS, VERIFY_CALLS)
 
@@ -74,11 +75,11 @@ class SGLang(Backend):
             changes["server_decode_tok_s"] = float(spec["decode_throughput"])
         return replace(record, **changes)
 
-    def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
+    def accept_from_deltas(self, delta: dict[str, float], requests: int = 1) -> float | None:
         verify = delta.get(VERIFY_CALLS, 0.0)
         if verify <= 0:
             return None
-        return (delta.get(GEN_TOKENS, 0.0) - 1) / verify  # one finished request, less prefill
+        return (delta.get(GEN_TOKENS, 0.0) - requests) / verify  # less each request's prefill token
 
     def info(self, endpoint: Endpoint) -> ServerInfo:
         server = endpoint.get_json("/server_info") or endpoint.get_json("/get_server_info") or {}

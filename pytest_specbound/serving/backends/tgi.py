@@ -15,6 +15,7 @@ SKIPPED_COUNT = "tgi_request_skipped_tokens_count"
 
 class TGI(Backend):
     name = "tgi"
+    batching_setting = "--max-batch-size / --max-concurrent-requests"
     ready_paths = ("/health",)
     metric_names = (SKIPPED_SUM, SKIPPED_COUNT)
     chunks_are_steps = False
@@ -47,10 +48,10 @@ class TGI(Backend):
                                  server={"details": details})
         return record
 
-    def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
+    def accept_from_deltas(self, delta: dict[str, float], requests: int = 1) -> float | None:
         # one observation per generation step, the prefill step included (it records 0):
-        # at concurrency 1 one request adds exactly one prefill observation, left out here
-        steps = delta.get(SKIPPED_COUNT, 0.0) - 1
+        # each request in the window adds exactly one prefill observation, left out here
+        steps = delta.get(SKIPPED_COUNT, 0.0) - requests
         return 1 + delta.get(SKIPPED_SUM, 0.0) / steps if steps > 0 else None
 
     def info(self, endpoint: Endpoint) -> ServerInfo:

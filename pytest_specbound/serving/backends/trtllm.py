@@ -16,6 +16,7 @@ WITH_DRAFT = "numRequestsWithDraftTokens"
 
 class TRTLLM(Backend):
     name = "trtllm"
+    batching_setting = "--max_batch_size"
     ready_paths = ("/health",)
     metric_names = (ACCEPTED, WITH_DRAFT)
     drains_metrics = True  # GET /metrics empties the iteration-stats queue
@@ -52,7 +53,7 @@ class TRTLLM(Backend):
                 totals[key] += float(stats.get(key, 0))
         return totals
 
-    def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
+    def accept_from_deltas(self, delta: dict[str, float], requests: int = 1) -> float | None:
         # the queue is drained on read, so the "after" scrape is itself the window
         steps = delta.get(WITH_DRAFT, 0.0)
         return (delta.get(ACCEPTED, 0.0) + steps) / steps if steps > 0 else None

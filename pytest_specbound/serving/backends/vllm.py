@@ -17,6 +17,7 @@ DECODE_SUM = "vllm:request_decode_time_seconds_sum"  # histogram: per-request de
 
 class VLLM(Backend):
     name = "vllm"
+    batching_setting = "--max-num-seqs"
     ready_paths = ("/health", "/v1/models")
     metric_names = (ACCEPTED, DRAFTS, GENERATED, DECODE_SUM)
 
@@ -42,11 +43,11 @@ class VLLM(Backend):
                 changes.update(accept_length=accept, accept_source="server")
         return replace(record, **changes)
 
-    def accept_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> float | None:
+    def accept_from_deltas(self, delta: dict[str, float], requests: int = 1) -> float | None:
         # same definition as the per-request field: decode tokens over target forwards
         if delta.get(DRAFTS, 0.0) <= 0:
             return None
-        decode = delta.get(GENERATED, 0.0) - 1  # one request; its first token is prefill
+        decode = delta.get(GENERATED, 0.0) - requests  # each request's first token is prefill
         return tokens_per_forward(decode, delta.get(ACCEPTED, 0.0))
 
     def server_clock_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> RequestRecord:
