@@ -23,7 +23,10 @@ import http.client
 import io
 import json
 import os
+import platform
 import socket
+import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -77,6 +80,11 @@ class _Receiver(threading.Thread):
     CPU until the whole stream has been written (seen with vLLM on 2 cores: ``sendall`` returned
     after 250 ms with the full response queued). It never gives up on its own: the reader and
     :meth:`Endpoint.stream` keep the stall timeout and close the connection to stop it.
+
+    Where the kernel offers it (Linux: ``SO_TIMESTAMPNS``), a read is stamped with the time the
+    kernel received its newest bytes, not the time this thread got to run: a thread left waiting
+    for the CPU or the GIL (N streams, a 2-core runner, a descheduled virtual CPU) no longer
+    stamps late. The kernel's clock is the wall clock, mapped onto ``perf_counter``.
     """
 
     def __init__(self, sock: Any) -> None:
@@ -92,6 +100,7 @@ class _Receiver(threading.Thread):
         self.settled = threading.Event()  # EOF, an error, or what looks like the last chunk
         self.running = threading.Event()  # set just before the first recv
         self.started_at = time.perf_counter()
+        self.kernel_stamps = _kernel_stamps(sock)
 
     def start_reading(self) -> None:
         """Start the thread and return once it is about to block in its first ``recv``."""
@@ -100,17 +109,25 @@ class _Receiver(threading.Thread):
 
     def run(self) -> None:
         recv, clock, times, chunks = self.sock.recv, time.perf_counter, self.times, self.chunks
+        recvmsg = self.sock.recvmsg if self.kernel_stamps else None
+        wall_minus_mono = time.time() - clock()
         cond = self.cond
         self.running.set()
         try:
             while True:
                 try:
-                    data = recv(READ_SIZE)
+                    if recvmsg is None:
+                        data, stamp = recv(READ_SIZE), None
+                    else:
+                        data, ancillary, _, _ = recvmsg(READ_SIZE, _STAMP_SPACE)
+                        stamp = _stamp_of(ancillary)
                 except TimeoutError:
                     continue  # the socket's own timeout; stalls are judged by the reader
                 if not data:
                     break
-                times.append(clock())
+                now = clock()
+                # the kernel's time, where it is one: never later than now (clock steps)
+                times.append(min(now, stamp - wall_minus_mono) if stamp is not None else now)
                 chunks.append(data)  # deque appends are atomic; the reader re-checks under cond
                 if self.waiting:
                     with cond:
@@ -129,6 +146,37 @@ class _Receiver(threading.Thread):
     @property
     def last_arrival(self) -> float:
         return self.times[-1] if self.times else self.started_at
+
+
+_STAMP_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+# Python's socket module does not name it: asm-generic/socket.h, SO_TIMESTAMPNS_OLD = 35, with a
+# 64-bit struct timespec on 64-bit x86 and Arm (other architectures number it differently)
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", None) or (
+    35 if sys.platform == "linux" and platform.machine().lower() in ("x86_64", "amd64", "aarch64",
+                                                                       "arm64") else None)
+
+
+def _kernel_stamps(sock: Any) -> bool:
+    """Ask the kernel to stamp received data (plain sockets on Linux); False where it cannot."""
+    if _SO_TIMESTAMPNS is None or not _STAMP_SPACE or type(sock) is not socket.socket:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+_TIMESPEC = struct.Struct("qq")
+
+
+def _stamp_of(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+    """The wall-clock receive time in a ``recvmsg`` answer (a struct timespec), if any."""
+    for level, kind, data in ancillary:
+        if kind == _SO_TIMESTAMPNS and level == socket.SOL_SOCKET and len(data) >= 16:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+            return seconds + nanoseconds * 1e-9  # type: ignore[no-any-return]
+    return None
 
 
 class _ReceivedBytes(io.RawIOBase):
