@@ -45,3 +45,23 @@ def test_calibrate_then_pass(pytester, launch_llama, gguf_models):
     # report exits 1 for any verdict but pass or skip (an inconclusive one included)
     assert rep.returncode == (0 if all(r["verdict"] == "pass" for r in doc["results"]) else 1)
     assert "| llama.toml::coding | cpu |" in rep.stdout and "| other-runner |" in rep.stdout
+
+
+def test_calibrate_proposes_per_level(pytester, launch_llama, gguf_models):
+    server = launch_llama("target", "--spec-synth-len", "2.5", "-np", "4", "-c", "8192",
+                          draft=True)
+    path = pytester.path / "budgets" / "llama.toml"
+    path.parent.mkdir()
+    path.write_text(budget(gguf_models["target"], gguf_models["draft"], "[3.5, 4.0]", 0.99)
+                    + "concurrency = [1, 4]\n\n[roofline]\nthreads = 1\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest_specbound.cli", "calibrate", str(path),
+                           "--hw", "cpu", "--url", server.url, "--samples", "8", "--write"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "coding at concurrency 4: measured accept" in proc.stderr
+    assert "proposed in [classes.coding.c4]: accept = [" in proc.stderr and "{" not in proc.stderr
+    assert "+[classes.coding.c4]" in proc.stdout  # the new table is part of the diff
+    coding = load_budget(path).classes["coding"]
+    four = coding.at(4)
+    assert four.accept[0] < 2.5 < four.accept[1] and 0 < four.min_efficiency < 0.99
+    assert coding.at(1).accept[0] < 2.5 < coding.at(1).accept[1]

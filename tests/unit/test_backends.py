@@ -104,3 +104,16 @@ def test_server_info_records_version():
     with FakeServer("sglang") as srv:
         info = get_backend("sglang").info(Endpoint(srv.url))
     assert info.version == "0.5.23" and info.speculative["speculative_num_steps"] == 3
+
+
+def test_a_first_read_that_merged_decode_tokens_does_not_shorten_the_decode():
+    from pytest_specbound.serving.backends.base import decode_seconds
+
+    # 1 + 12 tokens at 100 tok/s from t = 0.10; the reader ran late and got the first token with
+    # the next 3 in one read, stamped with the newest (0.13), then one token per read
+    times = [0.13, 0.13, 0.13, 0.13, *[0.10 + 0.01 * k for k in range(4, 13)]]
+    tokens = [1] * 13
+    reads = [1, 1, 1, 1, *range(2, 11)]
+    assert 12 / decode_seconds(times, tokens, reads, 12) == pytest.approx(100.0)
+    # an on-time reader: first token alone in its read, the plain span
+    assert decode_seconds([0.1, 0.2, 0.3], [1, 2, 2], [1, 2, 3], 4) == pytest.approx(0.2)

@@ -111,9 +111,11 @@ class Backend:
             raise RequestError(
                 f"truncated stream: ended after {len(result.events)} events without the final one"
             )
+        completion = completion_tokens or sum(tokens)
         record = RequestRecord(
-            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens or sum(tokens),
-            ttft_s=times[0] if times else 0.0, decode_s=times[-1] - times[0] if times else 0.0,
+            prompt_tokens=prompt_tokens, completion_tokens=completion,
+            ttft_s=times[0] if times else 0.0,
+            decode_s=decode_seconds(times, tokens, chunk_reads, completion - 1),
             chunk_times_s=tuple(times), chunk_tokens=tuple(tokens), chunk_reads=tuple(chunk_reads))
         return self.server_fields(result.events, record)
 
@@ -155,6 +157,27 @@ def with_info(info: ServerInfo, version: Any = None, speculative: Any = None,
     return replace(info, version=str(version) if version is not None else None,
                    speculative=dict(speculative) if speculative else None,
                    model_path=str(model_path) if model_path else None)
+
+
+def decode_seconds(times: Sequence[float], tokens: Sequence[int], reads: Sequence[int],
+                   decode_tokens: int) -> float:
+    """First token to last, as a decode time for all ``decode_tokens``.
+
+    A read is stamped with the arrival of its newest bytes. When the first token's read also
+    brought decode tokens (the reader ran late), its stamp is theirs, not the first token's:
+    then the rate is taken from the tokens after that read over the time after it, and the
+    decode time is that rate's time for every decode token (so tokens / time stays the rate).
+    """
+    if not times:
+        return 0.0
+    span = times[-1] - times[0]
+    first = reads[0] if reads else None
+    merged = sum(n for n, r in zip(tokens, reads, strict=False) if r == first) - 1 \
+        if first is not None else 0
+    after = decode_tokens - merged
+    if merged <= 0 or after <= 0 or span <= 0:
+        return span
+    return span * decode_tokens / after
 
 
 def tokens_per_forward(decode_tokens: float, accepted_drafts: float) -> float | None:
