@@ -21,7 +21,7 @@ TOP_KEYS = {"model", "speculative", "server", "classes", "hardware", "roofline"}
 MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
 SPEC_KEYS = {"method", "steps", "draft_tokens", "draft_model", "draft_dtype"}
 SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", "api_key_env",
-               "host", "port", "env", "cwd", "model_id", "check_model", "ca_bundle"}
+               "host", "port", "env", "cwd", "model_id", "check_model", "check_settings", "ca_bundle"}
 ROOFLINE_KEYS = {"context", "overhead_ms", "batch", "threads"}
 CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
               "samples", "warmup", "concurrency"}
@@ -318,8 +318,9 @@ def _server_values(w: _Where, table: str, t: Any) -> dict[str, Any]:
     w.number(table, t, "port", integer=True, low=1, high=65535)
     if "env" in t and not isinstance(t["env"], dict):
         raise w.error(table, "env", "must be a table of strings")
-    if "check_model" in t and not isinstance(t["check_model"], bool):
-        raise w.error(table, "check_model", "must be true or false")
+    for key in ("check_model", "check_settings"):
+        if key in t and not isinstance(t[key], bool):
+            raise w.error(table, key, "must be true or false")
     values = _server_fields(t)
     if "ca_bundle" in values and not Path(values["ca_bundle"]).is_absolute():
         values["ca_bundle"] = str(w.path.parent / values["ca_bundle"])

@@ -10,11 +10,12 @@ from typing import Any
 
 from pytest_specbound.errors import ConfigError, ServerError
 from pytest_specbound.gate.budget import Budget, ClassBudget, ModelRef
+from pytest_specbound.gate.crosscheck import mismatches
 from pytest_specbound.gate.measure_lock import exclusive_measurement
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
 from pytest_specbound.gate.settings import Settings
-from pytest_specbound.gate.verdict import Verdict, judge
+from pytest_specbound.gate.verdict import Verdict, batching_hint, judge
 from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, stream_samplers
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prompts import load_prompts
@@ -25,7 +26,7 @@ from pytest_specbound.physics.models import Model, load_model
 from pytest_specbound.physics.roofline import Roofline, compute_roofline
 from pytest_specbound.serving.connect import ServerConfig
 from pytest_specbound.serving.records import ServerInfo
-from pytest_specbound.serving.server import fill
+from pytest_specbound.serving.server import Server, fill
 
 
 @dataclass
@@ -137,6 +138,15 @@ def server_config(budget: Budget, settings: Settings, marker_server: dict[str, A
     return cfg
 
 
+def launched_command(server: Server, cfg: ServerConfig) -> str | None:
+    """The command the server was started with (placeholders filled), where we started it."""
+    import shlex
+
+    if isinstance(server.argv, list):
+        return shlex.join(server.argv)
+    return server.argv or cfg.launch
+
+
 def measurement_identity(cfg: ServerConfig) -> str:
     """What the measurement lock is keyed on: the URL attached to, else the launch config."""
     if cfg.url:
@@ -210,6 +220,13 @@ def run_class(
             info = backend.info(server.endpoint)
             if cfg.check_model:
                 check_served_model(budget, info, roof)
+            served = backend.served(server.endpoint, info, launched_command(server, cfg))
+            base = replace(base, served=served.to_json())
+            found = mismatches(budget, hw, served) if cfg.check_settings else []
+            if found:
+                raise ServerError("the server does not run what the budget describes: "
+                                  + "; ".join(found) + " (set [server] check_settings = false "
+                                  "to measure anyway)")
             sampler = Sampler(server.endpoint, backend, cfg.model_id, roof.max_accept)
             prompts = load_prompts(cls.prompts, budget.origin(f"classes.{cls.name}.prompts"))
             warmup = cls.warmup if cls.warmup is not None else settings.warmup
@@ -229,8 +246,9 @@ def run_class(
     if m.stop is Stop.TIME_BUDGET:  # stopped between looks: one more look at the same level
         rule.last_level = look_level(settings.confidence, len(rule.schedule))
         rule.last_bounds = bounds(m, roof.round_ms, rule.last_level, roof.max_accept)
-    verdict = judge(cls, m, roof, rule.last_bounds, batching_setting=backend.batching_setting,
-                    backend=backend.name)
+    hint = batching_hint(backend.name, backend.batching_setting, concurrency, served.slots,
+                         served.sources.get("slots", ""))
+    verdict = judge(cls, m, roof, rule.last_bounds, batching=hint)
     return replace(running_result(base, m, rule, started), verdict=verdict, partial=False)
 
 

@@ -47,8 +47,16 @@ def _band(b: tuple[float, float]) -> str:
     return f"[{b[0]:g}, {b[1]:g}]"
 
 
-def batching_problem(m: Measurement, batching_setting: str | None = None,
-                     backend: str = "") -> str | None:
+def batching_hint(backend: str, setting: str | None, level: int,
+                  slots: int | None = None, source: str = "") -> str | None:
+    """What usually stops a server from batching ``level`` sequences, for the failure text."""
+    if not setting:
+        return None
+    serves = f" (it serves {slots} at once: {source})" if slots is not None else ""
+    return f"{backend} caps concurrent sequences with {setting}: set it to at least {level}{serves}"
+
+
+def batching_problem(m: Measurement, hint: str | None = None) -> str | None:
     """A sentence when a level above 1 decoded fewer sequences at once than half-way from 1 to
     its level (a server that queues requests instead of batching them), else None."""
     n, co = m.concurrency, m.co_decoding
@@ -57,21 +65,21 @@ def batching_problem(m: Measurement, batching_setting: str | None = None,
     agg, per_user = m.aggregate_tok_s, m.decode_tok_s
     rates = (f" (aggregate {agg:.1f} tok/s, {per_user:.1f} per user)"
              if agg is not None and per_user is not None else "")
-    where = (f"; {backend} caps concurrent sequences with {batching_setting}: set it to at "
-             f"least {n}" if batching_setting else "")
+    where = f"; {hint}" if hint else ""
     return (f"the server did not batch: {n} requests in flight, {co:.1f} decoded at once on "
             f"average{rates}{where}")
 
 
 def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
           bounds: dict[str, tuple[float, float]] | None = None, final: bool = True,
-          batching_setting: str | None = None, backend: str = "") -> Verdict:
+          batching: str | None = None) -> Verdict:
     """Compare ``m`` with ``budget``; ``bounds`` (optional) are confidence intervals per metric.
 
     With bounds, a threshold fails only when the whole interval is on the wrong side, passes
     only when the whole interval is on the right side, and is ``inconclusive`` otherwise.
     ``final``: the measurement is complete (at a look during sampling, requests still in flight
-    are not yet in the overlaps, so batching is judged only at the end).
+    are not yet in the overlaps, so batching is judged only at the end); ``batching``: what to
+    check when the server did not batch (:func:`batching_hint`).
     """
     if m.failures:
         first = m.failures[0].error
@@ -152,7 +160,7 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
         system = True
         reasons.append("ttft_above_max")
         lines.append(f"TTFT median {ttft:.0f} ms > max_ttft_ms {budget.max_ttft_ms:g}")
-    unbatched = batching_problem(m, batching_setting, backend) if final else None
+    unbatched = batching_problem(m, batching) if final else None
     if unbatched:
         system = True
         reasons.append("not_batching")

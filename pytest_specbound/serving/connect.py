@@ -51,6 +51,7 @@ class ServerConfig:
     read_timeout_s: float = 120.0
     ca_bundle: str | None = None  # CA bundle for https (default: environment, then certifi)
     check_model: bool = True  # the served model must match the budget's
+    check_settings: bool = True  # the server's speculation, TP, slots must match the budget's
     origin: str = field(default="url", compare=False)  # where the url came from, for errors
 
     def key(self) -> str:

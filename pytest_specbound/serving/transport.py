@@ -156,11 +156,23 @@ _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", None) or (
                                                                        "arm64") else None)
 
 
+_STAMP_KEEPER: list[socket.socket] = []
+
+
 def _kernel_stamps(sock: Any) -> bool:
-    """Ask the kernel to stamp received data (plain sockets on Linux); False where it cannot."""
+    """Ask the kernel to stamp received data (plain sockets on Linux); False where it cannot.
+
+    The kernel turns receive stamping on for the whole stack when the first socket asks, through
+    deferred work, so the first packets after that can arrive unstamped; and off again when the
+    last such socket closes. One idle socket that asks, kept for the process's life, keeps it on
+    between requests (a request's first token would otherwise often go unstamped)."""
     if _SO_TIMESTAMPNS is None or not _STAMP_SPACE or type(sock) is not socket.socket:
         return False
     try:
+        if not _STAMP_KEEPER:
+            keeper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            keeper.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            _STAMP_KEEPER.append(keeper)
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
     except OSError:
         return False

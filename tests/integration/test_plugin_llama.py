@@ -103,4 +103,8 @@ def test_cpu_demo_budget_main_command(pytester):
         ("coding", 1), ("coding", 4), ("repetitive", 1), ("repetitive", 4)}
     assert all(r["accept_source"] == "server" for r in doc["results"])
     assert "cpu-demo.toml::coding[cpu-c4]" in out  # per-level verdicts
+    by_level = {(r["class"], r["concurrency"]): r for r in doc["results"]}
+    for name in ("coding", "repetitive"):  # the weights are read once per step for 4 sequences
+        one, four = by_level[(name, 1)], by_level[(name, 4)]
+        assert four["aggregate_tok_s"] > 1.1 * one["aggregate_tok_s"], (one, four)
     result.assert_outcomes(passed=4)

@@ -154,3 +154,25 @@ def test_concurrency_one_and_four(server, tiny_llama):
     # the same greedy prompts: n-gram lookup accepts alike one at a time and four at a time
     assert four.accept_length == pytest.approx(one.accept_length, abs=0.25)
     assert four.accept_length > 1.2
+
+
+def test_settings_cross_check_names_both(server, tiny_llama, tmp_path):
+    """The budget says ngram:2; this vLLM runs 3 speculative tokens (its launch command says so,
+    and its counters agree: draft tokens per draft)."""
+    import shlex
+
+    from pytest_specbound.gate.budget import load_budget
+    from pytest_specbound.gate.crosscheck import mismatches
+    from pytest_specbound.physics.hardware import parse_hardware
+
+    srv, _ = server
+    launch = shlex.join(srv.argv) if isinstance(srv.argv, list) else str(srv.argv)
+    backend = VLLM()
+    served = backend.served(srv.endpoint, backend.info(srv.endpoint), launch)
+    assert served.method == "ngram" and served.draft_steps == 3 and served.eager is True
+    path = tmp_path / "b.toml"
+    path.write_text(f'[model]\nconfig = "{tiny_llama}/config.json"\n[speculative]\n'
+                    'method = "ngram"\nsteps = 2\n[server]\nurl = "http://x:1"\n[classes.chat]\n')
+    found = mismatches(load_budget(path), parse_hardware("cpu"), served)
+    assert found == [f"budget says ngram:2 ({path}:4: speculative.method); the server runs 3 "
+                     "draft steps (launch: --speculative-config num_speculative_tokens 3)"]

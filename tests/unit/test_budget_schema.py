@@ -37,6 +37,7 @@ SERVER = {
     "cwd": ('"/srv"', lambda s: s.cwd == "/srv"),
     "model_id": ('"m"', lambda s: s.model_id == "m"),
     "check_model": ("false", lambda s: s.check_model is False),
+    "check_settings": ("false", lambda s: s.check_settings is False),
     "ca_bundle": ('"ca.pem"', lambda s: s.ca_bundle and s.ca_bundle.endswith("ca.pem")),
     "launch": ('"other --port {port}"', lambda s: s.launch == "other --port {port}"),
 }

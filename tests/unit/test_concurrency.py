@@ -14,7 +14,7 @@ from pytest_specbound.gate.budget import ClassBudget, load_budget
 from pytest_specbound.gate.calibrate import apply
 from pytest_specbound.gate.result import ClassResult
 from pytest_specbound.gate.settings import resolve
-from pytest_specbound.gate.verdict import judge
+from pytest_specbound.gate.verdict import batching_hint, judge
 from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, stream_samplers
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.overlap import overlaps
@@ -85,11 +85,12 @@ def test_a_single_slot_server_is_diagnosed_as_not_batching():
         m = closed_loop(fake, 4, count=8)
     assert fake.max_in_flight == 1 and m.co_decoding < 1.3, m.co_decoding
     cls = ClassBudget("chat", "chat", 41, min_efficiency=0.01)
-    v = judge(cls, m, roof, batching_setting="-np / --parallel (slots)", backend="llamacpp")
+    hint = batching_hint("llamacpp", "-np / --parallel (slots)", 4, 1, "/props total_slots 1")
+    v = judge(cls, m, roof, batching=hint)
     assert v.status == "fail" and "not_batching" in v.reasons and v.diagnosis == "system"
     assert "the server did not batch: 4 requests in flight, 1.0 decoded at once" in v.text
     assert "llamacpp caps concurrent sequences with -np / --parallel (slots): set it to at " \
-           "least 4" in v.text
+           "least 4 (it serves 1 at once: /props total_slots 1)" in v.text
     # at a look during sampling the in-flight requests are not in the overlaps yet: no verdict
     assert "not_batching" not in judge(cls, m, roof, final=False).reasons
 

@@ -153,6 +153,7 @@ def test_reads_carry_the_kernel_s_arrival_time_not_the_reader_s():
     try:
         if not transport._kernel_stamps(client):
             pytest.skip("no SO_TIMESTAMPNS on this platform")
+        time.sleep(0.05)  # the kernel turns stamping on through deferred work (first use only)
         server.sendall(b"token")
         sent = time.time()
         time.sleep(0.05)  # the reader is late

@@ -9,6 +9,7 @@ from typing import Any
 
 from pytest_specbound.serving.prometheus import counter_totals
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
+from pytest_specbound.serving.settings import Served, argv_of
 from pytest_specbound.serving.transport import Endpoint, StreamResult
 
 
@@ -139,6 +140,20 @@ class Backend:
         """``record`` with the server's decode time from counter deltas, where the server has no
         per-request field for it (default: unchanged)."""
         return record
+
+    # -- settings ------------------------------------------------------------------------
+    def served_from_launch(self, argv: list[str]) -> Served:
+        """What the launch command tells of the server's settings (default: nothing)."""
+        return Served()
+
+    def served_from_server(self, endpoint: Endpoint, info: ServerInfo) -> Served:
+        """What the server reports of its settings (default: nothing)."""
+        return Served()
+
+    def served(self, endpoint: Endpoint, info: ServerInfo, launch: str | None) -> Served:
+        """The server's settings: what it reports, its launch command where it does not."""
+        return self.served_from_server(endpoint, info).over(
+            self.served_from_launch(argv_of(launch)))
 
     # -- identity ------------------------------------------------------------------------
     def info(self, endpoint: Endpoint) -> ServerInfo:

@@ -10,6 +10,7 @@ from typing import Any
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.serving.backends.base import Backend, Prompt, tokens_per_forward, with_info
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
+from pytest_specbound.serving.settings import Served, flag_value, has_flag, int_flag, runs
 from pytest_specbound.serving.transport import Endpoint
 
 ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
@@ -91,6 +92,42 @@ class LlamaCpp(Backend):
     def accept_from_deltas(self, delta: dict[str, float], requests: int = 1) -> float | None:
         drafts = delta.get(DRAFTS, 0.0)
         return 1 + delta.get(ACCEPTED, 0.0) / drafts if drafts > 0 else None
+
+    def served_from_launch(self, argv: list[str]) -> Served:
+        values: dict[str, tuple[object, str]] = {
+            "threads": int_flag(argv, "-t", "--threads"),
+            "slots": int_flag(argv, "-np", "--parallel"),
+            "draft_steps": int_flag(argv, "--spec-draft-n-max", "--draft-max", "--draft-n",
+                                    "--draft"),
+        }
+        draft = has_flag(argv, "-md", "--model-draft")
+        kind = flag_value(argv, "--spec-type")
+        if kind and kind[0] == "none":
+            values["speculative"] = (False, f"launch: {kind[1]}")
+        elif kind and "ngram" in kind[0]:
+            values.update(speculative=(True, f"launch: {kind[1]}"),
+                          method=("ngram", f"launch: {kind[1]}"))
+        elif draft:
+            values.update(speculative=(True, f"launch: {draft}"), method=("draft", f"launch: {draft}"))
+        elif runs(argv, "llama-server"):
+            values["speculative"] = (False, "launch: no -md or --spec-type")
+        return Served.of(values)
+
+    def served_from_server(self, endpoint: Endpoint, info: ServerInfo) -> Served:
+        # /props' own speculative.types read "none" while a drafter ran (this build): the
+        # per-slot flag is the one that tells
+        props = endpoint.get_json("/props") or {}
+        slots = endpoint.get_json("/slots")
+        values: dict[str, tuple[object, str]] = {}
+        if isinstance(props.get("total_slots"), int):
+            values["slots"] = (props["total_slots"], f"/props total_slots {props['total_slots']}")
+        if isinstance(props.get("model_ftype"), str):
+            values["dtype"] = (props["model_ftype"].lower(), f"/props model_ftype {props['model_ftype']}")
+        flags = [s.get("speculative") for s in slots if isinstance(s, dict)] \
+            if isinstance(slots, list) else []
+        if flags and all(isinstance(f, bool) for f in flags):
+            values["speculative"] = (any(flags), f"/slots speculative {str(any(flags)).lower()}")
+        return Served.of(values)
 
     def info(self, endpoint: Endpoint) -> ServerInfo:
         props = endpoint.get_json("/props") or {}

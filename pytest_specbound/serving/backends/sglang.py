@@ -7,6 +7,7 @@ from typing import Any
 
 from pytest_specbound.serving.backends.base import Backend, Prompt, with_info
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
+from pytest_specbound.serving.settings import Served, flag_value, runs
 from pytest_specbound.serving.transport import Endpoint
 
 GEN_TOKENS = "sglang:generation_tokens_total"
@@ -81,7 +82,67 @@ class SGLang(Backend):
             return None
         return (delta.get(GEN_TOKENS, 0.0) - requests) / verify  # less each request's prefill token
 
+    def served_from_launch(self, argv: list[str]) -> Served:
+        if not runs(argv, "sglang"):
+            return Served()  # a wrapper: its flags are not the server's to read
+        return Served.of(_sglang_values({k.lstrip("-").replace("-", "_"): v for k, v in
+                                         _flag_pairs(argv, SGLANG_FLAGS).items()}, "launch: "))
+
+    def served_from_server(self, endpoint: Endpoint, info: ServerInfo) -> Served:
+        server = endpoint.get_json("/server_info") or endpoint.get_json("/get_server_info") or {}
+        return Served.of(_sglang_values(server, "/server_info ")) if server else Served()
+
     def info(self, endpoint: Endpoint) -> ServerInfo:
         server = endpoint.get_json("/server_info") or endpoint.get_json("/get_server_info") or {}
         spec = {k: v for k, v in server.items() if k.startswith("speculative_") and v is not None}
         return with_info(super().info(endpoint), server.get("version"), spec)
+
+
+SGLANG_METHODS = {"nextn": "mtp", "eagle": "eagle", "eagle3": "eagle3", "ngram": "ngram",
+                  "lookahead": "ngram", "standalone": "draft"}
+SGLANG_FLAGS = ("--speculative-algorithm", "--speculative-num-steps",
+                "--speculative-num-draft-tokens", "--tp-size", "--tp", "--dtype",
+                "--max-running-requests", "--disable-cuda-graph")
+
+
+def _flag_pairs(argv: list[str], flags: tuple[str, ...]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for flag in flags:
+        if flag == "--disable-cuda-graph":
+            if flag in argv:
+                out[flag] = True
+            continue
+        found = flag_value(argv, flag)
+        if found:
+            out["--tp-size" if flag == "--tp" else flag] = found[0]
+    return out
+
+
+def _sglang_values(server: dict[str, object], prefix: str) -> dict[str, tuple[object, str]]:
+    """SGLang's server args (from /server_info, or the launch flags as the same names)."""
+    def num(key: str) -> int | None:
+        value = server.get(key)
+        return int(value) if isinstance(value, (int, str)) and str(value).isdigit() else None
+
+    out: dict[str, tuple[object, str]] = {}
+    algorithm = server.get("speculative_algorithm")
+    if isinstance(algorithm, str) and algorithm:
+        out["speculative"] = (True, f"{prefix}speculative_algorithm {algorithm}")
+        out["method"] = (SGLANG_METHODS.get(algorithm.lower(), algorithm.lower()),
+                         f"{prefix}speculative_algorithm {algorithm}")
+    elif "speculative_algorithm" in server or prefix.startswith("launch"):
+        out["speculative"] = (False, f"{prefix}speculative_algorithm {algorithm}"
+                              if not prefix.startswith("launch") else
+                              "launch: no --speculative-algorithm")
+    for key, name, shift in (("speculative_num_steps", "draft_steps", 0),
+                             ("speculative_num_draft_tokens", "draft_tokens", -1),  # + the root
+                             ("tp_size", "tp_size", 0), ("max_running_requests", "slots", 0)):
+        n = num(key)
+        if n is not None:
+            out[name] = (n + shift, f"{prefix}{key} {n}")
+    if server.get("disable_cuda_graph") is True:
+        out["eager"] = (True, f"{prefix}disable_cuda_graph")
+    dtype = server.get("dtype")
+    if isinstance(dtype, str) and dtype not in ("auto", ""):
+        out["dtype"] = (dtype, f"{prefix}dtype {dtype}")
+    return out

@@ -7,6 +7,14 @@ from typing import Any
 
 from pytest_specbound.serving.backends.base import Backend, tokens_per_forward, with_info
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
+from pytest_specbound.serving.settings import (
+    Served,
+    flag_value,
+    has_flag,
+    int_flag,
+    json_flag,
+    runs,
+)
 from pytest_specbound.serving.transport import Endpoint
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -59,9 +67,49 @@ class VLLM(Backend):
                            server_decode_tok_s=record.decode_tokens / seconds)
         return record
 
+    def served_from_launch(self, argv: list[str]) -> Served:
+        spec, where = json_flag(argv, "--speculative-config", "--speculative_config")
+        values: dict[str, tuple[object, str]] = {
+            "tp_size": int_flag(argv, "-tp", "--tensor-parallel-size"),
+            "slots": int_flag(argv, "--max-num-seqs"),
+        }
+        values.update(_spec_values(spec, where))
+        if not spec and runs(argv, "vllm.entrypoints", "vllm"):
+            values["speculative"] = (False, "launch: no --speculative-config")
+        eager = has_flag(argv, "--enforce-eager")
+        if eager:
+            values["eager"] = (True, f"launch: {eager}")
+        dtype = flag_value(argv, "--dtype")
+        if dtype and dtype[0] != "auto":
+            values["dtype"] = (dtype[0], f"launch: {dtype[1]}")
+        return Served.of(values)
+
+    def served_from_server(self, endpoint: Endpoint, info: ServerInfo) -> Served:
+        spec = dict(info.speculative or {})  # /server_info (VLLM_SERVER_DEV_MODE=1 only)
+        return Served.of(_spec_values(spec, "/server_info speculative_config")) if spec else Served()
+
     def info(self, endpoint: Endpoint) -> ServerInfo:
         version = endpoint.get_json("/version") or {}
         server = endpoint.get_json("/server_info") or {}  # VLLM_SERVER_DEV_MODE=1 only
         spec = (server.get("vllm_config") or {}).get("speculative_config")
         return with_info(super().info(endpoint), version.get("version"),
                          spec if isinstance(spec, dict) else None)
+
+
+VLLM_METHODS = {"ngram": "ngram", "eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp",
+                "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "draft_model": "draft",
+                "medusa": "eagle"}
+
+
+def _spec_values(spec: dict[str, object], where: str) -> dict[str, tuple[object, str]]:
+    """vLLM's speculative_config as settings: method and num_speculative_tokens."""
+    if not spec:
+        return {}
+    out: dict[str, tuple[object, str]] = {"speculative": (True, where)}
+    method = spec.get("method")
+    if isinstance(method, str):
+        out["method"] = (VLLM_METHODS.get(method.lower(), method.lower()), f"{where} method {method}")
+    n = spec.get("num_speculative_tokens")
+    if isinstance(n, int):
+        out["draft_steps"] = (n, f"{where} num_speculative_tokens {n}")
+    return out

@@ -1,0 +1,50 @@
+"""The server's own settings against the budget: a mismatch names both and where each was read."""
+
+from __future__ import annotations
+
+from pytest_specbound.gate.budget import Budget
+from pytest_specbound.physics.hardware import Hardware
+from pytest_specbound.serving.settings import Served
+
+
+def _canonical(dtype: str) -> str:
+    text = dtype.lower().replace("bfloat16", "bf16").replace("float16", "f16")
+    return {"half": "f16", "fp16": "f16", "float": "f32", "float32": "f32", "fp32": "f32"}.get(
+        text, text)
+
+
+def mismatches(budget: Budget, hw: Hardware, served: Served) -> list[str]:
+    """One sentence per setting the server runs differently from what the budget describes.
+
+    Slots are not among them: a level above the server's slots is measured, and fails as "did
+    not batch" naming them (the measurement shows what it costs)."""
+    spec, src = budget.speculation, served.sources
+    says = f"budget says {spec.label} ({budget.origin('spec')})"
+    out: list[str] = []
+    runs_none = served.speculative is False
+    if spec.method != "none" and runs_none:
+        out.append(f"{says}; the server runs no speculation ({src['speculative']})")
+    if spec.method == "none" and served.speculative:
+        what = served.method or "speculation"
+        out.append(f"budget says no speculation ({budget.origin('spec')}); the server runs {what} "
+                   f"({src.get('method') or src['speculative']})")
+    if spec.method != "none" and not runs_none:
+        if served.method and served.method != spec.method:
+            out.append(f"{says}; the server runs {served.method} ({src['method']})")
+        if served.draft_steps is not None and served.draft_steps != spec.steps:
+            out.append(f"{says}; the server runs {served.draft_steps} draft steps "
+                       f"({src['draft_steps']})")
+        if served.draft_tokens is not None and served.draft_tokens != spec.draft_tokens:
+            out.append(f"{says} ({spec.draft_tokens} draft tokens); the server verifies "
+                       f"{served.draft_tokens} ({src['draft_tokens']})")
+    if hw.name != "cpu" and served.tp_size is not None and served.tp_size != hw.count:
+        out.append(f"hardware {hw.label} has {hw.count} GPU{'s' * (hw.count != 1)}; the server "
+                   f"runs TP {served.tp_size} ({src['tp_size']})")
+    if budget.threads is not None and served.threads is not None and budget.threads != served.threads:
+        out.append(f"budget says {budget.threads} threads ({budget.origin('threads')}); the "
+                   f"server runs {served.threads} ({src['threads']})")
+    if budget.model.dtype and served.dtype and _canonical(budget.model.dtype) != _canonical(
+            served.dtype):
+        out.append(f"budget says dtype {budget.model.dtype}; the server runs {served.dtype} "
+                   f"({src['dtype']})")
+    return out

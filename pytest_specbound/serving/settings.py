@@ -1,0 +1,102 @@
+"""What a server runs: speculation, draft steps, TP size, dtype, slots, threads, eager mode.
+
+Read from the server where it reports them (llama-server ``/props`` and ``/slots``, SGLang and
+vLLM server info) and from its launch command where the server does not; every value keeps where
+it was read (``/props total_slots``, ``launch: -np 4``), so a mismatch can name its source.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+
+FIELDS = ("speculative", "method", "draft_steps", "draft_tokens", "tp_size", "dtype", "slots",
+          "threads", "eager")
+
+
+@dataclass(frozen=True)
+class Served:
+    """The server's settings; None where neither the server nor its launch command says."""
+
+    speculative: bool | None = None  # whether it drafts at all
+    method: str | None = None  # a budget method name: mtp, eagle, eagle3, draft, ngram, dflash
+    draft_steps: int | None = None
+    draft_tokens: int | None = None
+    tp_size: int | None = None
+    dtype: str | None = None
+    slots: int | None = None  # sequences it serves at once (llama -np, vLLM --max-num-seqs)
+    threads: int | None = None  # CPU servers: compute threads
+    eager: bool | None = None  # CUDA graphs off
+    sources: Mapping[str, str] = field(default_factory=dict)  # field -> where it was read
+
+    def over(self, other: Served) -> Served:
+        """These values, and ``other``'s where these are unknown (the server over its launch)."""
+        values = {f: getattr(self, f) if getattr(self, f) is not None else getattr(other, f)
+                  for f in FIELDS}
+        sources = {f: (self.sources if getattr(self, f) is not None else other.sources).get(f, "")
+                   for f in FIELDS if values[f] is not None}
+        return Served(**values, sources=sources)
+
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {f: getattr(self, f) for f in FIELDS
+                                   if getattr(self, f) is not None}
+        if data:
+            data["sources"] = dict(self.sources)
+        return data
+
+    @classmethod
+    def of(cls, values: Mapping[str, tuple[object, str]]) -> Served:
+        """From ``field -> (value, source)``; unknown fields are ignored."""
+        names = {f.name for f in fields(cls)} - {"sources"}
+        kept = {k: v for k, v in values.items() if k in names and v[0] is not None}
+        return cls(**{k: v[0] for k, v in kept.items()},  # type: ignore[arg-type]
+                   sources={k: v[1] for k, v in kept.items()})
+
+
+def argv_of(launch: str | None) -> list[str]:
+    try:
+        return shlex.split(launch or "")
+    except ValueError:
+        return []
+
+
+def runs(argv: Sequence[str], *names: str) -> bool:
+    """Whether the command is the server itself (``llama-server``, ``vllm serve``, ``python -m
+    sglang.launch_server``), not a wrapper: only then does a missing flag mean its default."""
+    return any(any(n in part for n in names) for part in argv[:4])
+
+
+def flag_value(argv: Sequence[str], *flags: str) -> tuple[str, str] | None:
+    """The last value given to any of ``flags`` (``-t 4`` or ``--threads=4``), and the flag as
+    written; later flags win, as in the servers' own parsers."""
+    found: tuple[str, str] | None = None
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name in flags:
+            text = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            found = (text, f"{name} {text}")
+    return found
+
+
+def has_flag(argv: Sequence[str], *flags: str) -> str | None:
+    return next((a.partition("=")[0] for a in argv if a.partition("=")[0] in flags), None)
+
+
+def int_flag(argv: Sequence[str], *flags: str) -> tuple[int | None, str]:
+    found = flag_value(argv, *flags)
+    if found is None or not found[0].isdigit():
+        return None, ""
+    return int(found[0]), f"launch: {found[1]}"
+
+
+def json_flag(argv: Sequence[str], *flags: str) -> tuple[dict[str, object], str]:
+    found = flag_value(argv, *flags)
+    if found is None:
+        return {}, ""
+    try:
+        value = json.loads(found[0])
+    except ValueError:
+        return {}, ""
+    return (value, f"launch: {flags[0]}") if isinstance(value, dict) else ({}, "")

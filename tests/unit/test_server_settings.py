@@ -1,0 +1,80 @@
+"""What a server runs (its own report, else its launch command) against what the budget says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_specbound.gate.budget import load_budget
+from pytest_specbound.gate.crosscheck import mismatches
+from pytest_specbound.physics.hardware import parse_hardware
+from pytest_specbound.serving.backends import get_backend
+from pytest_specbound.serving.settings import Served, argv_of
+from pytest_specbound.serving.transport import Endpoint
+from tests.servers.fake import FakeServer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def from_launch(backend: str, launch: str) -> Served:
+    return get_backend(backend).served_from_launch(argv_of(launch))
+
+
+def test_llama_server_flags():
+    s = from_launch("llamacpp", "llama-server -m t.gguf -md d.gguf --spec-type draft-simple "
+                                "--spec-draft-n-max 5 -t 2 -np 1 -np 4")
+    assert (s.speculative, s.method, s.draft_steps, s.threads, s.slots) == (True, "draft", 5, 2, 4)
+    assert s.sources["slots"] == "launch: -np 4"  # the last flag wins, as in llama.cpp
+    assert from_launch("llamacpp", "llama-server -m t.gguf").speculative is False
+    assert from_launch("llamacpp", "./serve.sh -m t.gguf").speculative is None  # a wrapper
+
+
+def test_vllm_flags():
+    s = from_launch("vllm", """python -m vllm.entrypoints.openai.api_server --model m
+        --speculative-config '{"method": "eagle3", "num_speculative_tokens": 3}' -tp 2
+        --enforce-eager --dtype bfloat16 --max-num-seqs 8""")
+    assert (s.method, s.draft_steps, s.tp_size, s.eager, s.dtype, s.slots) == \
+        ("eagle3", 3, 2, True, "bfloat16", 8)
+    assert from_launch("vllm", "vllm serve m").speculative is False
+
+
+@pytest.mark.parametrize("name", ["qwen3.6-27b", "llama-3.1-8b-eagle3", "cpu-demo"])
+def test_the_shipped_budgets_agree_with_their_own_launch_commands(name):
+    budget = load_budget(ROOT / "budgets" / f"{name}.toml")
+    hw = parse_hardware({"qwen3.6-27b": "a6000x2", "llama-3.1-8b-eagle3": "h100",
+                         "cpu-demo": "cpu"}[name])
+    served = get_backend(budget.server.backend).served_from_launch(argv_of(budget.server.launch))
+    assert served.speculative is True and served.draft_steps == budget.speculation.steps
+    assert mismatches(budget, hw, served) == []
+
+
+def test_a_server_that_runs_something_else_is_named_with_its_source(tmp_path):
+    path = tmp_path / "b.toml"
+    path.write_text('[model]\nname = "qwen3.6-27b"\ndtype = "bf16"\n[speculative]\n'
+                    'method = "mtp"\nsteps = 3\n[server]\nbackend = "sglang"\n'
+                    'url = "http://127.0.0.1:9"\n[classes.chat]\n')
+    budget = load_budget(path)
+    with FakeServer("sglang") as fake:  # reports EAGLE3, 3 steps, TP 1
+        backend = get_backend("sglang")
+        endpoint = Endpoint(fake.url)
+        served = backend.served(endpoint, backend.info(endpoint), None)
+    found = mismatches(budget, parse_hardware("h100x2"), served)
+    assert found == [
+        f"budget says mtp:3 ({path}:5: speculative.method); the server runs eagle3 "
+        "(/server_info speculative_algorithm EAGLE3)",
+        "hardware h100-sxmx2 has 2 GPUs; the server runs TP 1 (/server_info tp_size 1)"]
+
+
+def test_dtype_and_threads(tmp_path):
+    path = tmp_path / "b.toml"
+    path.write_text('[model]\nname = "llama-3.1-8b"\ndtype = "bf16"\n[server]\nurl = "http://x:9"\n'
+                    "[roofline]\nthreads = 2\n[classes.chat]\n")
+    budget = load_budget(path)
+    served = Served(dtype="float16", threads=4,
+                    sources={"dtype": "launch: --dtype float16", "threads": "launch: -t 4"})
+    assert mismatches(budget, parse_hardware("cpu"), served) == [
+        f"budget says 2 threads ({path}:7: roofline.threads); the server runs 4 (launch: -t 4)",
+        "budget says dtype bf16; the server runs float16 (launch: --dtype float16)"]
+    assert mismatches(budget, parse_hardware("cpu"), Served(dtype="bfloat16", sources={
+        "dtype": "x"})) == []
