@@ -24,7 +24,7 @@ SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", 
                "host", "port", "env", "cwd", "model_id", "check_model", "check_settings", "ca_bundle"}
 ROOFLINE_KEYS = {"context", "overhead_ms", "batch", "threads"}
 CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
-              "samples", "warmup", "concurrency"}
+              "samples", "warmup", "concurrency", "require_no_throttle"}
 LEVEL_KEYS = {"accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "samples", "warmup"}
 LEVEL_TABLE = re.compile(r"^c([1-9][0-9]*)$")  # [classes.NAME.c4]: thresholds at concurrency 4
 
@@ -44,6 +44,7 @@ class ClassBudget:
     warmup: int | None = None
     concurrency: tuple[int, ...] = (1,)  # closed-loop levels: one test item each
     levels: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # [classes.X.cN]
+    require_no_throttle: bool = False  # a throttled GPU fails the class on its own
 
     @property
     def level_ids(self) -> bool:
@@ -381,7 +382,14 @@ def _parse_class(w: _Where, table_name: str, t: Any, label: str | None = None) -
         warmup=w.number(table, t, "warmup", integer=True, low=0),
         concurrency=concurrency,
         levels=levels,
+        require_no_throttle=_flag(w, table, t, "require_no_throttle"),
     )
+
+
+def _flag(w: _Where, table: str, t: dict[str, Any], key: str) -> bool:
+    if key in t and not isinstance(t[key], bool):
+        raise w.error(table, key, f"must be true or false, got {t[key]!r}")
+    return bool(t.get(key, False))
 
 
 def _concurrency(w: _Where, table: str, value: Any) -> tuple[int, ...]:

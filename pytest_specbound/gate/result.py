@@ -117,6 +117,7 @@ class ClassResult:
     max_ttft_ms: float | None = None
     drained: Sequence[RequestRecord] = ()  # finished after the rule stopped (not counted)
     served: JSONObject = field(default_factory=dict)  # the server's settings and their sources
+    telemetry: JSONObject | None = None  # GPU telemetry summary while the class ran
 
     def __getitem__(self, key: str) -> object:
         """The results-JSON view: ``result["decode_tok_s"]`` reads what the results file says
@@ -168,7 +169,7 @@ class ClassResult:
             "concurrency": self.concurrency, "level_ids": self.level_ids,
             "aggregate_tok_s": self.aggregate_tok_s, "in_flight": self.in_flight,
             "co_decoding": self.co_decoding, "max_ttft_ms": self.max_ttft_ms,
-            "served": dict(self.served),
+            "served": dict(self.served), "telemetry": self.telemetry,
             "samples": self.samples, "stopped": self.stopped, "clock_ratio": self.clock_ratio,
             "clock_note": self.clock_note, "server_timed": self.server_timed,
             "server_clock_note": self.server_clock_note, "untimed": self.untimed,
@@ -223,6 +224,7 @@ class ClassResult:
             level_ids=bool(d.get("level_ids")), aggregate_tok_s=_float(d, "aggregate_tok_s"),
             in_flight=_float(d, "in_flight"), co_decoding=_float(d, "co_decoding"),
             max_ttft_ms=_float(d, "max_ttft_ms"), served=dict(_object(d, "served")),
+            telemetry=_object(d, "telemetry") or None,
             drained=tuple(RequestRecord.from_json(r) for r in _list(d, "drained_requests")
                           if isinstance(r, Mapping)),
             samples=int(cast(int, d.get("samples") or 0)), stopped=str(d.get("stopped") or ""),

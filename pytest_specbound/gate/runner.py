@@ -15,12 +15,13 @@ from pytest_specbound.gate.measure_lock import exclusive_measurement
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
 from pytest_specbound.gate.settings import Settings
-from pytest_specbound.gate.verdict import Verdict, batching_hint, judge
+from pytest_specbound.gate.verdict import Verdict, batching_hint, explained, judge
 from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, stream_samplers
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prompts import load_prompts
 from pytest_specbound.measure.sampler import Sampler, measure
 from pytest_specbound.measure.stats import bounds, look_level, look_schedule
+from pytest_specbound.measure.telemetry import Telemetry, findings
 from pytest_specbound.physics.hardware import Hardware, matched_to_server
 from pytest_specbound.physics.models import Model, load_model
 from pytest_specbound.physics.roofline import Roofline, compute_roofline
@@ -138,6 +139,15 @@ def server_config(budget: Budget, settings: Settings, marker_server: dict[str, A
     return cfg
 
 
+def gpu_telemetry(hw: Hardware, server: Server) -> Telemetry | None:
+    """NVML sampling while a GPU class runs (None on the CPU, or without nvidia-ml-py)."""
+    if hw.name == "cpu":
+        return None
+    from pytest_specbound.measure.telemetry import in_process_group, start_telemetry
+
+    return start_telemetry(in_process_group(server.process.pid) if server.process else None)
+
+
 def launched_command(server: Server, cfg: ServerConfig) -> str | None:
     """The command the server was started with (placeholders filled), where we started it."""
     import shlex
@@ -230,14 +240,22 @@ def run_class(
             sampler = Sampler(server.endpoint, backend, cfg.model_id, roof.max_accept)
             prompts = load_prompts(cls.prompts, budget.origin(f"classes.{cls.name}.prompts"))
             warmup = cls.warmup if cls.warmup is not None else settings.warmup
-            if concurrency == 1:
-                m = measure(sampler, prompts, cls.max_tokens, rule, warmup, settings.max_seconds,
-                            progress, info=info)
-            else:
-                m = measure_closed_loop(stream_samplers(sampler, concurrency), prompts,
-                                        cls.max_tokens, rule, warmup, settings.max_seconds,
-                                        progress, info=info,
-                                        window=CounterWindow(backend, server.endpoint))
+            tele = gpu_telemetry(hw, server)
+            try:
+                if concurrency == 1:
+                    m = measure(sampler, prompts, cls.max_tokens, rule, warmup,
+                                settings.max_seconds, progress, info=info)
+                else:
+                    m = measure_closed_loop(stream_samplers(sampler, concurrency), prompts,
+                                            cls.max_tokens, rule, warmup, settings.max_seconds,
+                                            progress, info=info,
+                                            window=CounterWindow(backend, server.endpoint))
+            finally:
+                telemetry = tele.stop() if tele else None
+                if telemetry is None and hw.name != "cpu":
+                    telemetry = {"note": "no GPU telemetry: nvidia-ml-py is not installed "
+                                         "(pip install 'pytest-specbound[gpu]')"}
+                base = replace(base, telemetry=telemetry)
     except KeyboardInterrupt:  # before sampling began (lock, info, warm-up): say so too
         if not last[0].interrupted:
             progress(replace(last[0], stop=Stop.INTERRUPTED, stopped="interrupted",
@@ -248,7 +266,8 @@ def run_class(
         rule.last_bounds = bounds(m, roof.round_ms, rule.last_level, roof.max_accept)
     hint = batching_hint(backend.name, backend.batching_setting, concurrency, served.slots,
                          served.sources.get("slots", ""))
-    verdict = judge(cls, m, roof, rule.last_bounds, batching=hint)
+    verdict = explained(judge(cls, m, roof, rule.last_bounds, batching=hint),
+                        findings(telemetry), cls.require_no_throttle)
     return replace(running_result(base, m, rule, started), verdict=verdict, partial=False)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 from pytest_specbound.gate.budget import ClassBudget
@@ -17,7 +17,7 @@ Diagnosis = Literal["drafter", "system", "both", "none"]
 Reason = Literal[
     "request_failed", "untimed", "no_data", "no_accept", "setup", "interrupted",
     "accept_below_band", "accept_above_band", "efficiency_below_min", "tok_s_below_min",
-    "ttft_above_max", "not_batching", "inconclusive",
+    "ttft_above_max", "not_batching", "throttled", "inconclusive",
     "accept_estimated", "clock_disagreement", "server_clock_used", "untimed_retried",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
@@ -191,3 +191,23 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
     if status != "pass":
         lines.append("roofline: " + one_line(roof))
     return Verdict(status, lines, reasons, diagnosis, roof_tok_s, floor, efficiency, round_ms)
+
+
+def explained(verdict: Verdict, found: Sequence[tuple[str, str]],
+              require_no_throttle: bool = False) -> Verdict:
+    """``verdict`` with what GPU telemetry found: each finding under a failure the system caused
+    (``why: ...``), and a throttled GPU as a failure of its own where the budget requires none."""
+    throttled = [text for kind, text in found if kind == "throttle"]
+    lines, reasons = list(verdict.lines), list(verdict.reasons)
+    status, diagnosis = verdict.status, verdict.diagnosis
+    if require_no_throttle and throttled and status in ("pass", "fail", "inconclusive"):
+        status = "fail"
+        reasons.append("throttled")
+        lines.insert(0, f"the GPU throttled (require_no_throttle): {throttled[0]}")
+        diagnosis = "both" if diagnosis in ("drafter", "both") else "system"
+    if diagnosis in ("system", "both"):
+        lines += [f"why: {text}" for _, text in found]
+    if (status, lines, reasons) == (verdict.status, list(verdict.lines), list(verdict.reasons)):
+        return verdict
+    return replace(verdict, status=status, lines=tuple(lines), reasons=tuple(reasons),
+                   diagnosis=diagnosis)
