@@ -127,8 +127,7 @@ def measure_closed_loop(
             got.drain(record)
             return
         reason = got.add(record)
-        if (window and got.window_counters and rule.looks_at(len(got.records))
-                and not any(r.accept_length for r in got.records if r.ok)):
+        if window and got.wants_window_accept and rule.looks_at(len(got.records)):
             got.window_accept = window.accept(sent[0])  # one scrape per look, not per request
         if reason is None:
             reason = rule.stop_reason(got.now())
@@ -178,7 +177,7 @@ def measure_closed_loop(
         raise
     if crashed:
         raise crashed[0]
-    if window and got.window_counters and not any(r.accept_length for r in got.records if r.ok):
+    if window and got.wants_window_accept:
         got.window_accept = window.accept(sent[0])  # drained: exact over the whole window
     reason = ended[0] if ended else (Stop.SAMPLE_BUDGET, "no stream left")
     return got.now(*reason).with_overlaps()

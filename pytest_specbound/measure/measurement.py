@@ -72,19 +72,22 @@ class Measurement:
                         for r, o in zip(self.records, self.overlaps, strict=True))
         return replace(self, records=records)
 
+    def _decode_weighted(self, figure: str) -> float | None:
+        """An overlap figure averaged over the counted requests, weighted by decode time."""
+        pairs = self._timed_overlaps()
+        total = sum(r.decode_s for r, _ in pairs)
+        return sum(getattr(o, figure) * r.decode_s for r, o in pairs) / total if total > 0 \
+            else None
+
     @property
     def co_decoding(self) -> float | None:
         """Sequences decoding at once, time-weighted over the counted requests' decodes."""
-        pairs = self._timed_overlaps()
-        total = sum(r.decode_s for r, _ in pairs)
-        return sum(o.co_decoding * r.decode_s for r, o in pairs) / total if total > 0 else None
+        return self._decode_weighted("co_decoding")
 
     @property
     def in_flight(self) -> float | None:
         """Requests in flight (sent, unfinished), time-weighted likewise."""
-        pairs = self._timed_overlaps()
-        total = sum(r.decode_s for r, _ in pairs)
-        return sum(o.in_flight * r.decode_s for r, o in pairs) / total if total > 0 else None
+        return self._decode_weighted("in_flight")
 
     @property
     def aggregate_tok_s(self) -> float | None:

@@ -166,6 +166,11 @@ class Collector:
         self.records.append(record)
         return None
 
+    @property
+    def wants_window_accept(self) -> bool:
+        """Counters give the accept: no counted request carries a figure of its own."""
+        return self.window_counters and not any(r.accept_length for r in self.records if r.ok)
+
     def drain(self, record: RequestRecord) -> None:
         self.drained.append(self._on_level_clock(record))
 
