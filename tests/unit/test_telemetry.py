@@ -9,11 +9,16 @@ from pytest_specbound.measure.telemetry import Telemetry, findings, sample_gpu
 from tests.servers.fake_nvml import FakeNVML
 
 
-def run(fake: FakeNVML, is_server=None, seconds: float = 0.05) -> dict:
+def run(fake: FakeNVML, is_server=None, samples: int = 3) -> dict:
+    """Sample until every GPU has ``samples`` readings (or the sampler stopped by itself), then
+    stop: a count of readings, not a sleep, so a busy machine cannot starve the test."""
     import time
 
     t = Telemetry(fake, interval_s=0.01, is_server=is_server).start()
-    time.sleep(seconds)
+    deadline = time.monotonic() + 60
+    while (t._thread is not None and t._thread.is_alive() and time.monotonic() < deadline
+           and min(len(s) for s in t.samples) < samples):
+        time.sleep(0.005)
     return t.stop()
 
 
