@@ -24,8 +24,9 @@ SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", 
                "host", "port", "env", "cwd", "model_id", "check_model", "check_settings", "ca_bundle"}
 ROOFLINE_KEYS = {"context", "overhead_ms", "batch", "threads"}
 CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
-              "samples", "warmup", "concurrency", "require_no_throttle"}
-LEVEL_KEYS = {"accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "samples", "warmup"}
+              "samples", "warmup", "concurrency", "require_no_throttle", "resolution"}
+LEVEL_KEYS = {"accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "samples", "warmup",
+              "resolution"}
 LEVEL_TABLE = re.compile(r"^c([1-9][0-9]*)$")  # [classes.NAME.c4]: thresholds at concurrency 4
 
 
@@ -45,6 +46,7 @@ class ClassBudget:
     concurrency: tuple[int, ...] = (1,)  # closed-loop levels: one test item each
     levels: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # [classes.X.cN]
     require_no_throttle: bool = False  # a throttled GPU fails the class on its own
+    resolution: float | None = None  # relative miss the verdict must catch (default: settings)
 
     @property
     def level_ids(self) -> bool:
@@ -383,6 +385,7 @@ def _parse_class(w: _Where, table_name: str, t: Any, label: str | None = None) -
         concurrency=concurrency,
         levels=levels,
         require_no_throttle=_flag(w, table, t, "require_no_throttle"),
+        resolution=w.number(table, t, "resolution", low=0.005, high=0.5),
     )
 
 

@@ -7,24 +7,29 @@ import re
 from collections.abc import Mapping
 
 from pytest_specbound.gate.result import ClassResult
-
-ACCEPT_MARGIN = 0.10  # widen the measured accept interval by this much on each side
-EFFICIENCY_MARGIN = 0.05  # set the floor this far under the measured efficiency's lower bound
+from pytest_specbound.measure.sequential import DEFAULT_RESOLUTION
 
 
 def propose(result: ClassResult) -> dict[str, float | list[float]]:
-    """Band and floor for one class result (from ``runner.run_class``): TOML key -> value."""
+    """Band and floor for one class result (from ``runner.run_class``): TOML key -> value.
+
+    Each threshold sits one resolution beyond the measured interval (the accept band's edges
+    outside it, the efficiency floor under it): the same server then lies at least a resolution
+    inside every threshold, where the sequential verdict passes it with probability at least
+    1 - alpha and decides in few requests.
+    """
+    r = result.resolution or DEFAULT_RESOLUTION
     b = result.bounds or {}
     out: dict[str, float | list[float]] = {}
     acc = b.get("accept_length")
     if acc and all(math.isfinite(x) for x in acc):
-        low = max(1.0, math.floor((acc[0] - ACCEPT_MARGIN) * 20) / 20)
-        high = math.ceil((acc[1] + ACCEPT_MARGIN) * 20) / 20
+        low = max(1.0, math.floor(acc[0] * (1 - r) * 20) / 20)
+        high = math.ceil(acc[1] * (1 + r) * 20) / 20
         cap = result.roofline.max_accept if result.roofline else None
         out["accept"] = [round(low, 2), round(min(high, cap) if cap else high, 2)]
     eff = b.get("efficiency")
     if eff and math.isfinite(eff[0]):
-        out["min_efficiency"] = max(0.0, math.floor((eff[0] - EFFICIENCY_MARGIN) * 100) / 100)
+        out["min_efficiency"] = max(0.0, math.floor(eff[0] * (1 - r) * 100) / 100)
     return out
 
 

@@ -118,6 +118,9 @@ class ClassResult:
     drained: Sequence[RequestRecord] = ()  # finished after the rule stopped (not counted)
     served: JSONObject = field(default_factory=dict)  # the server's settings and their sources
     telemetry: JSONObject | None = None  # GPU telemetry summary while the class ran
+    transient: int = 0  # leading requests left out of the figures as a warm-up transient
+    resolution: float | None = None  # the relative miss each threshold's test is sized for
+    tests: JSONObject = field(default_factory=dict)  # per threshold: its sequential test's state
 
     def __getitem__(self, key: str) -> object:
         """The results-JSON view: ``result["decode_tok_s"]`` reads what the results file says
@@ -151,7 +154,7 @@ class ClassResult:
             server_clock_note=m.server_clock_note(), untimed=len(m.untimed),
             untimed_note=m.untimed_note(), server=m.info, requests=tuple(m.records),
             concurrency=m.concurrency, aggregate_tok_s=m.aggregate_tok_s, in_flight=m.in_flight,
-            co_decoding=m.co_decoding, drained=tuple(m.drained))
+            co_decoding=m.co_decoding, drained=tuple(m.drained), transient=m.transient)
 
     # -- the one JSON form ---------------------------------------------------------------
     def to_json(self) -> dict[str, object]:
@@ -175,7 +178,8 @@ class ClassResult:
             "server_clock_note": self.server_clock_note, "untimed": self.untimed,
             "untimed_note": self.untimed_note, "server": self.server.to_json(),
             "bounds": {k: list(b) for k, b in self.bounds.items()} if self.bounds else None,
-            "confidence_level": self.confidence_level,
+            "confidence_level": self.confidence_level, "resolution": self.resolution,
+            "transient": self.transient, "tests": dict(self.tests),
             "requests": [r.to_json() for r in self.requests],
             "drained_requests": [r.to_json() for r in self.drained], "elapsed_s": self.elapsed_s,
             "partial": self.partial, "interrupted": self.interrupted,
@@ -235,7 +239,8 @@ class ClassResult:
             server=ServerInfo.from_json(_object(d, "server")),
             bounds={str(k): (float(v[0]), float(v[1])) for k, v in raw_bounds.items()}
             if isinstance(raw_bounds, Mapping) else None,
-            confidence_level=_float(d, "confidence_level"),
+            confidence_level=_float(d, "confidence_level"), resolution=_float(d, "resolution"),
+            transient=int(cast(int, d.get("transient") or 0)), tests=dict(_object(d, "tests")),
             requests=tuple(RequestRecord.from_json(r) for r in _list(d, "requests")
                            if isinstance(r, Mapping)),
             elapsed_s=_float(d, "elapsed_s"), partial=bool(d.get("partial")),

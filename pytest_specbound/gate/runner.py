@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +14,13 @@ from pytest_specbound.gate.crosscheck import mismatches
 from pytest_specbound.gate.measure_lock import exclusive_measurement
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
+from pytest_specbound.gate.rule import SequentialRule, resolution_of
 from pytest_specbound.gate.settings import Settings
 from pytest_specbound.gate.verdict import Verdict, batching_hint, explained, judge
 from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, stream_samplers
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prompts import load_prompts
 from pytest_specbound.measure.sampler import Sampler, measure
-from pytest_specbound.measure.stats import bounds, look_level, look_schedule
 from pytest_specbound.measure.telemetry import Telemetry, findings
 from pytest_specbound.physics.hardware import Hardware, matched_to_server
 from pytest_specbound.physics.models import Model, load_model
@@ -28,47 +28,6 @@ from pytest_specbound.physics.roofline import Roofline, compute_roofline
 from pytest_specbound.serving.connect import ServerConfig
 from pytest_specbound.serving.records import ServerInfo
 from pytest_specbound.serving.server import Server, fill
-
-
-@dataclass
-class SequentialRule:
-    """Stop at the first look whose verdict is decided (pass or fail), or at the budget."""
-
-    budget: ClassBudget
-    roof: Roofline
-    confidence: float
-    min_samples: int
-    max_samples: int
-    last_bounds: dict[str, tuple[float, float]] | None = None
-    last_level: float = 0.0
-    looks: int = 0
-
-    def __post_init__(self) -> None:
-        self.schedule = look_schedule(self.min_samples, self.max_samples)
-
-    @property
-    def sample_budget(self) -> int:
-        return self.max_samples
-
-    def looks_at(self, n: int) -> bool:
-        return n in self.schedule or n >= self.max_samples
-
-    def stop_reason(self, m: Measurement) -> tuple[Stop, str] | None:
-        n = len(m.records)
-        if m.failures:
-            return Stop.REQUEST_FAILED, "a request failed"
-        if n not in self.schedule:
-            return None
-        self.looks += 1
-        self.last_level = look_level(self.confidence, len(self.schedule))
-        self.last_bounds = bounds(m, self.roof.round_ms, self.last_level, self.roof.max_accept)
-        status = judge(self.budget, m, self.roof, self.last_bounds, final=False).status
-        if status in ("pass", "fail"):
-            return Stop.DECIDED, (f"decided at look {self.looks} ({n} requests, level "
-                                  f"{self.last_level:.4f})")
-        if n >= self.max_samples:
-            return Stop.SAMPLE_BUDGET, f"sample budget of {self.max_samples} requests"
-        return None
 
 
 def needs_demo(budget: Budget) -> bool:
@@ -214,7 +173,8 @@ def run_class(
     base = base_result(budget, cls, hw, roof, concurrency)
     started = time.time()
     rule = SequentialRule(cls, roof, settings.confidence, settings.min_samples,
-                          cls.samples or settings.samples)
+                          cls.samples or settings.samples,
+                          resolution_of(cls, settings.resolution))
     what = f"{budget.path.name}::{cls.name} at concurrency {concurrency} ({worker_label()})"
     last = [Measurement(backend.name)]
 
@@ -261,12 +221,11 @@ def run_class(
             progress(replace(last[0], stop=Stop.INTERRUPTED, stopped="interrupted",
                              interrupted=True))
         raise
-    if m.stop is Stop.TIME_BUDGET:  # stopped between looks: one more look at the same level
-        rule.last_level = look_level(settings.confidence, len(rule.schedule))
-        rule.last_bounds = bounds(m, roof.round_ms, rule.last_level, roof.max_accept)
+    m = rule.settle(m)  # the final look: the whole measurement, its transient excluded
     hint = batching_hint(backend.name, backend.batching_setting, concurrency, served.slots,
                          served.sources.get("slots", ""))
-    verdict = explained(judge(cls, m, roof, rule.last_bounds, batching=hint),
+    verdict = explained(judge(cls, m, roof, rule.last_decisions, batching=hint,
+                              resolution=rule.resolution),
                         findings(telemetry), cls.require_no_throttle)
     return replace(running_result(base, m, rule, started), verdict=verdict, partial=False)
 
@@ -288,5 +247,6 @@ def running_result(base: ClassResult, m: Measurement, rule: SequentialRule,
     verdict = Verdict("error", ["interrupted"], ("interrupted",)) if m.interrupted \
         else base.verdict
     return replace(base.with_measurement(m), verdict=verdict, bounds=rule.last_bounds,
-                   confidence_level=rule.last_level or None,
+                   confidence_level=rule.last_level or None, resolution=rule.resolution,
+                   tests={k: d.to_json() for k, d in rule.last_decisions.items()},
                    elapsed_s=round(time.time() - started, 3), interrupted=m.interrupted)

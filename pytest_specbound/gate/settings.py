@@ -40,7 +40,7 @@ OPTIONS = (
     Option("specbound_log_dir", "--specbound-log-dir", "SPECBOUND_LOG_DIR",
            "server logs go here", ".specbound/logs"),
     Option("specbound_samples", "--specbound-samples", "SPECBOUND_SAMPLES",
-           "most measured requests per class", "20"),
+           "most measured requests per class", "64"),
     Option("specbound_min_samples", "--specbound-min-samples", None,
            "fewest measured requests per class before a verdict", "4"),
     Option("specbound_warmup", "--specbound-warmup", None,
@@ -51,6 +51,9 @@ OPTIONS = (
            "time budget per class in seconds", "600"),
     Option("specbound_confidence", "--specbound-confidence", "SPECBOUND_CONFIDENCE",
            "confidence level of the verdict intervals", "0.95"),
+    Option("specbound_resolution", "--specbound-resolution", "SPECBOUND_RESOLUTION",
+           "relative miss of a threshold the verdict must catch, for classes that do not set "
+           "resolution", "0.05"),
     Option("specbound_inconclusive", "--specbound-inconclusive", None,
            "what an inconclusive verdict counts as: fail, pass or skip", "fail"),
     Option("specbound_budgets", "--specbound-budgets", None,
@@ -77,6 +80,7 @@ class Settings:
     confidence: float
     inconclusive: str
     budgets: tuple[str, ...]
+    resolution: float = 0.05
     concurrency: tuple[int, ...] | None = None  # overrides every class's levels
 
 
@@ -167,7 +171,7 @@ def resolve(
     budgets_raw = raw["specbound_budgets"][0]
     budgets = tuple(budgets_raw) if isinstance(budgets_raw, list) else tuple(
         str(budgets_raw or "budgets").split())
-    samples = _int(origin("specbound_samples"), text("specbound_samples") or "20", 1)
+    samples = _int(origin("specbound_samples"), text("specbound_samples") or "64", 1)
     # three requests at least: with two, one degree of freedom makes every interval useless
     min_samples = _int(origin("specbound_min_samples"), text("specbound_min_samples") or "4", 3)
 
@@ -195,5 +199,7 @@ def resolve(
                           0, 1, open_low=True),
         inconclusive=inconclusive,
         budgets=budgets,
+        resolution=_float(origin("specbound_resolution"), text("specbound_resolution") or "0.05",
+                          0.005, 0.5),
         concurrency=_levels(origin("specbound_concurrency"), text("specbound_concurrency")),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.physics.roofline import Roofline
@@ -22,27 +22,32 @@ def synthetic_record(rng: random.Random, tok_s: float, accept: float, tokens: in
 
 def run_sequential(rng: random.Random, budget: ClassBudget, roof: Roofline, tok_s: float,
                    accept: float, rate_sd: float, confidence: float = 0.95,
-                   min_samples: int = 4, max_samples: int = 20, tokens: int = 256,
-                   noise: Sequence[float] | None = None) -> tuple[str, int]:
+                   min_samples: int = 4, max_samples: int = 64, tokens: int = 256,
+                   noise: Sequence[float] | None = None,
+                   resolution: float = 0.05,
+                   log_noise: Callable[[random.Random], float] | None = None) -> tuple[str, int]:
     """Sample until the sequential rule stops; return (verdict status, requests used).
 
     ``noise``, when given, is a pool of observed per-request rate ratios (rate / mean rate) to
-    draw from instead of the lognormal model.
+    draw from instead of the lognormal model; ``log_noise`` draws each request's log rate
+    deviation instead (then ``tok_s`` is the rates' geometric mean, the tests' parameter).
     """
-    from pytest_specbound.gate.runner import SequentialRule
+    from pytest_specbound.gate.rule import SequentialRule
     from pytest_specbound.gate.verdict import judge
     from pytest_specbound.measure.measurement import Measurement
 
-    rule = SequentialRule(budget, roof, confidence, min_samples, max_samples)
+    rule = SequentialRule(budget, roof, confidence, min_samples, max_samples, resolution)
     records: list[RequestRecord] = []
     while rule.stop_reason(Measurement("sim", tuple(records))) is None:
-        if noise:
+        if log_noise:
+            rec = synthetic_record(rng, tok_s * math.exp(log_noise(rng)), accept, tokens, 0.0)
+        elif noise:
             rec = synthetic_record(rng, tok_s * rng.choice(noise), accept, tokens, 0.0)
         else:
             rec = synthetic_record(rng, tok_s, accept, tokens, rate_sd)
         records.append(rec)
-    m = Measurement(backend="sim", records=records)
-    return judge(budget, m, roof, rule.last_bounds).status, len(records)
+    m = rule.settle(Measurement(backend="sim", records=records))
+    return judge(budget, m, roof, rule.last_decisions).status, len(records)
 
 
 def run_fixed(rng: random.Random, budget: ClassBudget, roof: Roofline, tok_s: float,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.measure.measurement import Measurement, Stop
+from pytest_specbound.measure.sequential import Decision
 from pytest_specbound.physics.render import one_line
 from pytest_specbound.physics.roofline import Roofline
 
@@ -47,6 +48,26 @@ def _band(b: tuple[float, float]) -> str:
     return f"[{b[0]:g}, {b[1]:g}]"
 
 
+LABELS = {"accept_low": "accept", "accept_high": "accept", "efficiency": "efficiency",
+          "decode_tok_s": "decode tok/s", "ttft_ms": "TTFT ms"}
+
+
+def _evidence(key: str, d: Decision, threshold: str) -> str:
+    """One threshold's test as the failure text shows it: estimate, interval, requests, and
+    for an undecided one how many more requests it expects to need."""
+    est = f"{d.estimate:.3g}" if d.estimate is not None else "-"
+    interval = (f" [{d.low:.3g}, {d.high:.3g}]" if d.low is not None and d.high is not None
+                and d.low != d.high else "")
+    where = f"{LABELS.get(key, key)} {threshold}: {est}{interval} over {d.n} requests"
+    if d.side == "ok":
+        return f"{where}: passes"
+    if d.side == "bad":
+        return f"{where}: fails"
+    if d.more is None:
+        return f"{where}: undecided (the truth is within the resolution of the threshold)"
+    return f"{where}: undecided, about {d.more} more requests would decide it"
+
+
 def batching_hint(backend: str, setting: str | None, level: int,
                   slots: int | None = None, source: str = "") -> str | None:
     """What usually stops a server from batching ``level`` sequences, for the failure text."""
@@ -71,15 +92,17 @@ def batching_problem(m: Measurement, hint: str | None = None) -> str | None:
 
 
 def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
-          bounds: dict[str, tuple[float, float]] | None = None, final: bool = True,
-          batching: str | None = None) -> Verdict:
-    """Compare ``m`` with ``budget``; ``bounds`` (optional) are confidence intervals per metric.
+          decisions: Mapping[str, Decision] | None = None, final: bool = True,
+          batching: str | None = None, resolution: float | None = None) -> Verdict:
+    """Compare ``m`` with ``budget``.
 
-    With bounds, a threshold fails only when the whole interval is on the wrong side, passes
-    only when the whole interval is on the right side, and is ``inconclusive`` otherwise.
-    ``final``: the measurement is complete (at a look during sampling, requests still in flight
-    are not yet in the overlaps, so batching is judged only at the end); ``batching``: what to
-    check when the server did not batch (:func:`batching_hint`).
+    ``decisions``: each threshold's sequential test (:mod:`pytest_specbound.gate.rule`), keyed
+    accept_low, accept_high, efficiency, decode_tok_s, ttft_ms; a threshold fails or passes as
+    its test decided and is ``inconclusive`` while undecided. Without them the point estimates
+    are compared as they are (a fixed-count reading). ``final``: the measurement is complete (at
+    a look during sampling, requests still in flight are not yet in the overlaps, so batching is
+    judged only at the end); ``batching``: what to check when the server did not batch
+    (:func:`batching_hint`); ``resolution``: named in the evidence of an undecided threshold.
     """
     if m.failures:
         first = m.failures[0].error
@@ -107,22 +130,29 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
         floor = max(floor or 0.0, budget.min_tok_s)
     reasons: list[Reason] = []
     lines: list[str] = []
-    b = bounds or {}
     undecided: list[str] = []
+    evidence: list[str] = []
 
-    def side(metric: str, value: float, low: float | None, high: float | None) -> str:
-        """'ok', 'bad' or 'unsure' for value (and its interval) against [low, high]."""
-        lo_v, hi_v = b.get(metric, (value, value))
-        if (low is not None and hi_v < low) or (high is not None and lo_v > high):
+    def side(key: str, value: float, low: float | None, high: float | None) -> str:
+        """'ok', 'bad' or 'unsure' for the threshold ``key`` (its test, else ``value``)."""
+        if decisions is not None:
+            d = decisions.get(key)
+            if d is not None:
+                limit = f">= {low:g}" if low is not None else f"<= {high:g}"
+                evidence.append(_evidence(key, d, limit))
+                return d.side
+            return "unsure"
+        if (low is not None and value < low) or (high is not None and value > high):
             return "bad"
-        if (low is None or lo_v >= low) and (high is None or hi_v <= high):
-            return "ok"
-        return "unsure"
+        return "ok"
 
     drafter = system = False
     if budget.accept is not None:
-        s = side("accept_length", accept, *budget.accept)
-        where = ("below" if accept < budget.accept[0] else "above")
+        sides = (side("accept_low", accept, budget.accept[0], None),
+                 side("accept_high", accept, None, budget.accept[1]))
+        s = "bad" if "bad" in sides else "unsure" if "unsure" in sides else "ok"
+        where = "below" if sides[0] == "bad" or (sides[1] != "bad" and accept < budget.accept[0]) \
+            else "above"
         if s == "bad":
             drafter = True
             reasons.append("accept_below_band" if where == "below" else "accept_above_band")
@@ -156,10 +186,14 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
         elif s == "unsure":
             undecided.append(f"decode {tok_s:.1f} tok/s vs min {budget.min_tok_s:g}")
     ttft = m.ttft_ms().median
-    if budget.max_ttft_ms is not None and ttft is not None and ttft > budget.max_ttft_ms:
-        system = True
-        reasons.append("ttft_above_max")
-        lines.append(f"TTFT median {ttft:.0f} ms > max_ttft_ms {budget.max_ttft_ms:g}")
+    if budget.max_ttft_ms is not None and ttft is not None:
+        s = side("ttft_ms", ttft, None, budget.max_ttft_ms)
+        if s == "bad":
+            system = True
+            reasons.append("ttft_above_max")
+            lines.append(f"TTFT median {ttft:.0f} ms > max_ttft_ms {budget.max_ttft_ms:g}")
+        elif s == "unsure":
+            undecided.append(f"TTFT median {ttft:.0f} ms vs max {budget.max_ttft_ms:g}")
     unbatched = batching_problem(m, batching) if final else None
     if unbatched:
         system = True
@@ -176,7 +210,10 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
     elif undecided:
         status = "inconclusive"
         reasons.append("inconclusive")
-        lines.append("inconclusive at the sample budget: " + "; ".join(undecided))
+        lines.append(f"inconclusive after {len(m.records)} requests: " + "; ".join(undecided))
+    if status != "pass" and evidence:
+        per = f" (resolution {resolution:.0%})" if resolution is not None else ""
+        lines.append(f"evidence{per}: " + "; ".join(evidence))
     if m.accept_source == "estimate":
         reasons.append("accept_estimated")
         lines.append("note: accept length is an estimate from stream timing (the server "

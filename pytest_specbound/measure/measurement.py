@@ -51,6 +51,7 @@ class Measurement:
     concurrency: int = 1  # closed-loop streams
     drained: Sequence[RequestRecord] = ()  # finished after the rule stopped: load, not counted
     window_accept: float | None = None  # from server counters over the level's whole window
+    transient: int = 0  # the first records: a warm-up transient, left out of the figures
 
     def __post_init__(self) -> None:  # sequences given as lists are kept as tuples
         for name in ("records", "untimed", "drained"):
@@ -61,9 +62,14 @@ class Measurement:
         """Per counted record: requests in flight and decoding while it decoded, its share."""
         return overlaps(self.records, (*self.untimed, *self.drained))
 
+    @property
+    def counted(self) -> Sequence[RequestRecord]:
+        """The records the figures use: all counted ones after the warm-up transient."""
+        return self.records[self.transient:]
+
     def _timed_overlaps(self) -> list[tuple[RequestRecord, Overlap]]:
-        return [(r, o) for r, o in zip(self.records, self.overlaps, strict=True)
-                if o is not None and r.ok and r.decode_s > 0]
+        pairs = list(zip(self.records, self.overlaps, strict=True))[self.transient:]
+        return [(r, o) for r, o in pairs if o is not None and r.ok and r.decode_s > 0]
 
     def with_overlaps(self) -> Measurement:
         """This measurement with each counted record's in_flight and co_decoding filled in."""
@@ -99,7 +105,8 @@ class Measurement:
 
     @property
     def ok(self) -> list[RequestRecord]:
-        return [r for r in self.records if r.ok]
+        """Successful requests after the warm-up transient."""
+        return [r for r in self.counted if r.ok]
 
     @property
     def failures(self) -> list[RequestRecord]:
@@ -200,6 +207,7 @@ class Measurement:
             "samples": len(self.records),
             "failures": len(self.failures),
             "warmup": self.warmup,
+            "transient": self.transient,
             "stopped": self.stopped,
             "stop": self.stop.name.lower() if self.stop else None,
             "interrupted": self.interrupted,

@@ -7,9 +7,8 @@ quantile. Efficiency (measured over roofline at the measured accept length) simp
 roofline round time x sum(verify steps) / sum(decode seconds), itself a ratio of sums, so the
 accept length's uncertainty is carried through exactly.
 
-Repeated looks: the rule looks at n = min_samples and then at about 1.5x steps up to the sample
-budget, K looks in all (known in advance). Each look uses level 1 - alpha / K, so the chance that
-any look declares a false verdict stays below alpha (a union bound: Bonferroni alpha spending).
+These intervals are what the report shows; the verdict itself is the sequential test of
+:mod:`pytest_specbound.measure.sequential`.
 """
 
 from __future__ import annotations
@@ -103,7 +102,7 @@ def bounds(measured: Measurement | Sequence[RequestRecord], round_ms: float, lev
     """
     m = measured if isinstance(measured, Measurement) else Measurement("", tuple(measured))
     records = m.records
-    ok = [r for r in records if r.ok and r.decode_s > 0]
+    ok = [r for r in m.counted if r.ok and r.decode_s > 0]
     tokens = [float(r.decode_tokens) for r in ok]
     seconds = [r.decode_s for r in ok]
     out: dict[str, tuple[float, float]] = {}
@@ -127,25 +126,10 @@ def bounds(measured: Measurement | Sequence[RequestRecord], round_ms: float, lev
         if max_accept is None or fixed <= max_accept:
             s = round_ms / 1e3 / fixed
             out["efficiency"] = (rate.low * s, rate.high * s)
-    pairs = [(r, o) for r, o in zip(records, m.overlaps, strict=True)
+    pairs = [(r, o) for r, o in list(zip(records, m.overlaps, strict=True))[m.transient:]
              if o is not None and r.ok and r.decode_s > 0]
     aggregate = ratio_interval([float(r.decode_tokens) for r, _ in pairs],
                                [o.share_s for _, o in pairs], level)
     if aggregate:
         out["aggregate_tok_s"] = (aggregate.low, aggregate.high)
     return out
-
-
-def look_schedule(min_samples: int, max_samples: int) -> list[int]:
-    """Sample counts at which the sequential rule looks: min, then ~1.5x, ending at max."""
-    looks, n = [], max(3, min_samples)  # df >= 2 at every look
-    while n < max_samples:
-        looks.append(n)
-        n = max(n + 1, math.ceil(n * 1.5))
-    looks.append(max_samples)
-    return looks
-
-
-def look_level(confidence: float, looks: int) -> float:
-    """Confidence level of each of ``looks`` planned looks: alpha split evenly (Bonferroni)."""
-    return 1 - (1 - confidence) / max(1, looks)

@@ -29,11 +29,13 @@ def test_calibrate_then_pass(pytester, launch_llama, gguf_models):
     assert new.accept[0] < 2.5 < new.accept[1] and new.accept[1] - new.accept[0] < 1.0
     assert 0 < new.min_efficiency < 0.99
     assert path.read_text().startswith("# reviewed in PRs\n") and "# old band" in path.read_text()
-    # The budget calibrate wrote must not fail on the same server. At confidence 0.999 the rule
-    # fails a class whose truth is inside its thresholds with probability under 1 in 1,000;
-    # whether it decides within 20 requests is issue 14's business, so inconclusive passes here.
+    # The budget calibrate wrote must not fail on the same server. Each threshold sits a
+    # resolution outside the measured interval; tests/integration/test_sequential_llama.py shows
+    # the pass rate on requests of the same minutes. Here a later run: this VM's speed moves by
+    # 10-20% between minutes, which no budget written from one run can know, so the run is at
+    # confidence 0.999 and an undecided verdict passes.
     result = pytester.runpytest("--specbound-hw=cpu", f"--specbound-url={server.url}",
-                                "--specbound-samples=20", "--specbound-json=a.json", "budgets/",
+                                "--specbound-json=a.json", "budgets/",
                                 "--specbound-confidence=0.999", "--specbound-inconclusive=pass")
     result.assert_outcomes(passed=1)
     doc = json.loads((pytester.path / "a.json").read_text())

@@ -50,7 +50,8 @@ CLASS = {"prompts": ('"coding"', lambda c: c.prompts == "coding"),
          "samples": ("9", lambda c: c.samples == 9),
          "warmup": ("0", lambda c: c.warmup == 0),
          "concurrency": ("[1, 4]", lambda c: c.concurrency == (1, 4)),
-         "require_no_throttle": ("true", lambda c: c.require_no_throttle is True)}
+         "require_no_throttle": ("true", lambda c: c.require_no_throttle is True),
+         "resolution": ("0.1", lambda c: c.resolution == 0.1)}
 ROOFLINE = {"context": ("0", lambda b: b.context == 0),
             "overhead_ms": ("0", lambda b: b.overhead_ms == 0),
             "batch": ("4", lambda b: b.batch == 4),

@@ -22,7 +22,8 @@ def result(**fields):
 def test_propose_rounds_outward_and_caps():
     values = propose(result(bounds={"accept_length": [3.02, 3.31], "efficiency": [0.74, 0.8]},
                             roofline={"max_accept": 4}))
-    assert values == {"accept": [2.9, 3.45], "min_efficiency": 0.69}
+    # one resolution (5%) outside the interval, rounded outward: 3.02 x 0.95, 3.31 x 1.05
+    assert values == {"accept": [2.85, 3.5], "min_efficiency": 0.7}
     capped = propose(result(bounds={"accept_length": [3.8, 3.97]}, roofline={"max_accept": 4}))
     assert capped["accept"][1] == 4
 

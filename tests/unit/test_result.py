@@ -10,6 +10,7 @@ from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
 from pytest_specbound.gate.verdict import Verdict, judge
 from pytest_specbound.measure.measurement import Measurement, Stop
+from pytest_specbound.measure.sequential import Decision
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.models import load_model
 from pytest_specbound.physics.roofline import compute_roofline
@@ -28,7 +29,9 @@ def result() -> ClassResult:
     m = Measurement("sglang", records, warmup=1, stopped="fixed count of 6 requests",
                     stop=Stop.FIXED_COUNT, info=ServerInfo(("qwen",), "0.5", {"steps": 3}))
     cls = ClassBudget("coding", "coding", 256, accept=(2.8, 3.4), min_efficiency=0.5)
-    verdict = judge(cls, m, roof, {"accept_length": (2.9, 3.2), "efficiency": (0.3, 0.4)})
+    verdict = judge(cls, m, roof, {"accept_low": Decision("ok", 6, 3.0, 2.9, 3.2),
+                                   "accept_high": Decision("ok", 6, 3.0, 2.9, 3.2),
+                                   "efficiency": Decision("bad", 6, 0.35, 0.3, 0.4)})
     base = ClassResult("budgets/q.toml", "coding", "a6000x2", verdict, budget_sha256="ab",
                        model=roof.model.name, accept_band=cls.accept, min_efficiency=0.5,
                        roofline=RooflineFigures.of(roof), bounds={"accept_length": (2.9, 3.2)},

@@ -7,6 +7,7 @@ import pytest
 from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.gate.verdict import judge
 from pytest_specbound.measure.measurement import Measurement
+from pytest_specbound.measure.sequential import Decision
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.models import load_model
 from pytest_specbound.physics.roofline import compute_roofline
@@ -66,11 +67,20 @@ def test_absolute_floors_and_ttft(seed):
     assert "TTFT median 200 ms > max_ttft_ms 100" in v.lines
 
 
-def test_intervals_make_it_inconclusive(seed):
-    v = judge(CODING, measured(55, 3.08), seed, {"accept_length": (2.7, 3.4)})
-    assert v.status == "inconclusive" and "accept 3.08 vs band [2.8, 3.4]" in v.lines[0]
-    v = judge(CODING, measured(55, 3.08), seed, {"efficiency": (0.5, 0.6)})
-    assert v.status == "fail"  # the whole interval below the floor
+def test_undecided_tests_make_it_inconclusive_and_show_their_evidence(seed):
+    decided = {"accept_low": Decision("ok", 9, 3.08, 2.9, 3.3),
+               "accept_high": Decision("ok", 9, 3.08, 2.9, 3.3),
+               "efficiency": Decision("ok", 9, 0.8, 0.75, 0.85)}
+    undecided = {**decided, "accept_high": Decision("unsure", 9, 3.08, 2.7, 3.45, more=14)}
+    v = judge(CODING, measured(55, 3.08), seed, undecided, resolution=0.05)
+    assert v.status == "inconclusive"
+    assert "inconclusive after 8 requests: accept 3.08 vs band [2.8, 3.4]" in v.lines[0]
+    evidence = next(line for line in v.lines if line.startswith("evidence (resolution 5%)"))
+    assert "accept <= 3.4: 3.08 [2.7, 3.45] over 9 requests: undecided, about 14 more requests" in evidence
+    failed = {**decided, "efficiency": Decision("bad", 9, 0.55, 0.5, 0.6)}
+    v = judge(CODING, measured(55, 3.08), seed, failed)
+    assert v.status == "fail" and v.reasons == ("efficiency_below_min",)
+    assert judge(CODING, measured(55, 3.08), seed, decided).status == "pass"
 
 
 def test_failures_are_errors(seed):

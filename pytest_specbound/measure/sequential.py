@@ -1,0 +1,234 @@
+"""The sequential verdict: a truncated sequential probability ratio test per threshold.
+
+Each threshold of a class (the accept band's two edges, the efficiency floor, ``min_tok_s``,
+``max_ttft_ms``) is one one-sided test on per-request log ratios to the threshold,
+``y = log(value / threshold)`` for a floor and ``log(threshold / value)`` for a ceiling, so that
+``y >= 0`` is the good side. With the resolution ``r`` (relative; ``d = -log(1 - r)``):
+
+- H0, the truth is at or on the good side of the threshold: mean(y) >= 0;
+- H1, the truth is a resolution beyond it: mean(y) <= -d.
+
+For normal y with variance s^2 the log likelihood ratio of H1 over H0 after n requests is
+``-(d / s^2) * sum(y_i + d / 2)``. Under H0 its exponential is a nonnegative martingale, so by
+Ville's inequality it reaches ``1 / alpha`` with probability at most alpha at any look, however
+many looks and whenever sampling stops (Wald 1945; Ville 1939); likewise under H1 it falls to
+``beta`` with probability at most beta. So the test fails when the ratio reaches ``log(1/alpha)``
+and passes when it falls to ``log(beta)``; a truncated run that reaches neither is inconclusive,
+which happens mostly when the truth lies within the resolution of the threshold. The expected
+number of requests at H0 or H1 is about half the best fixed-size test's (Wald's approximations).
+
+The variance is unknown: each look estimates it and converts the known-variance boundary into a
+Student-t boundary at the same tail probability (the significance-level approach of Jennison and
+Turnbull, *Group Sequential Methods*, 2000, ch. 11); ``bench/verdict_cost.py`` checks the error
+rates this gives by simulation. A decision must also survive dropping the single request that
+most favours it, so one stalled (or one lucky) request cannot decide a threshold on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from statistics import NormalDist
+from typing import Literal
+
+from pytest_specbound.measure.measurement import Measurement
+from pytest_specbound.measure.stats import t_quantile
+from pytest_specbound.serving.records import RequestRecord
+
+Side = Literal["ok", "bad", "unsure"]
+MISS_RATE = 0.05  # beta: chance of passing a threshold the truth misses by a resolution or more
+DEFAULT_RESOLUTION = 0.05
+NOISE_QUANTILE = 0.25  # the variance used is its 75% upper confidence bound
+OUTLIER_SCALES = 4.0  # a request this far out may not decide a threshold on its own
+MIN_DECISION = 4  # requests before any decision
+_NORMAL = NormalDist()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where one threshold's test stands after ``n`` requests."""
+
+    side: Side
+    n: int
+    estimate: float | None = None  # geometric mean of the per-request values
+    low: float | None = None  # interval of that mean (level 1 - 2 alpha)
+    high: float | None = None
+    more: int | None = None  # requests the test expects to still need (None: decided)
+
+    def to_json(self) -> dict[str, object]:
+        return {"side": self.side, "n": self.n, "estimate": self.estimate, "low": self.low,
+                "high": self.high, "more": self.more}
+
+
+def _mean_sd(ys: Sequence[float]) -> tuple[float, float]:
+    n = len(ys)
+    mean = sum(ys) / n
+    var = sum((y - mean) ** 2 for y in ys) / (n - 1) if n > 1 else 0.0
+    return mean, math.sqrt(var)
+
+
+def chi2_quantile(p: float, df: int) -> float:
+    """Chi-square quantile: exact for 1 and 2 degrees of freedom, Wilson-Hilferty above."""
+    if df == 1:
+        return _NORMAL.inv_cdf((1 + p) / 2) ** 2
+    if df == 2:
+        return -2 * math.log(1 - p)
+    z = _NORMAL.inv_cdf(p)
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def stated_noise(ys: Sequence[float]) -> float:
+    """The per-request variance the test uses: the sample variance's upper confidence bound at
+    level ``1 - NOISE_QUANTILE`` (an SPRT run with an overstated variance keeps its guarantee:
+    its likelihood ratio is then a supermartingale under either hypothesis)."""
+    n = len(ys)
+    _, sd = _mean_sd(ys)
+    return (n - 1) * sd * sd / chi2_quantile(NOISE_QUANTILE, n - 1)
+
+
+def _crossed(ys: Sequence[float], d: float, log_bound: float, towards_bad: bool) -> bool:
+    """Whether the mean of ``ys`` is past the SPRT boundary ``-d/2 -/+ s^2 log_bound / (n d)``."""
+    n = len(ys)
+    if n < 2:
+        return False
+    mean = sum(ys) / n
+    shift = stated_noise(ys) * log_bound / (n * d)
+    return mean <= -d / 2 - shift if towards_bad else mean >= -d / 2 + shift
+
+
+def decide(ys: Sequence[float], alpha: float, resolution: float, beta: float = MISS_RATE,
+           min_n: int = MIN_DECISION) -> Decision:
+    """The sequential test on per-request log ratios ``ys`` (good side positive)."""
+    n = len(ys)
+    if n == 0:
+        return Decision("unsure", 0)
+    d = -math.log(1 - resolution)
+    mean, sd = _mean_sd(ys)
+    side: Side = "unsure"
+    if n >= min_n:
+        alone_low, alone_high = outliers(ys)
+        if _crossed(ys, d, math.log(1 / alpha), True) and \
+                (not alone_low or _crossed(sorted(ys)[1:], d, math.log(1 / alpha), True)):
+            side = "bad"
+        elif _crossed(ys, d, math.log(1 / beta), False) and \
+                (not alone_high or _crossed(sorted(ys)[:-1], d, math.log(1 / beta), False)):
+            side = "ok"
+    low = high = None
+    if n >= 2 and sd > 0:
+        q = t_quantile(1 - alpha, n - 1) * sd / math.sqrt(n)
+        low, high = mean - q, mean + q
+    elif n >= 1:
+        low = high = mean
+    more = None if side != "unsure" else _more(n, mean, sd, d, alpha, beta)
+    return Decision(side, n, mean, low, high, more)
+
+
+def _more(n: int, mean: float, sd: float, d: float, alpha: float, beta: float) -> int | None:
+    """Requests still needed, from the drift so far: the log ratio moves by
+    ``-(d / s^2)(mean + d/2)`` per request towards the boundary on its side (None: no drift)."""
+    if n < 2 or sd <= 0:
+        return None
+    drift = mean + d / 2
+    if abs(drift) < 1e-12:
+        return None
+    bound = math.log(1 / beta) if drift > 0 else math.log(1 / alpha)
+    needed = sd * sd * bound / (d * abs(drift))  # requests in all
+    return max(1, math.ceil(needed) - n)
+
+
+def outliers(ys: Sequence[float], k: float = OUTLIER_SCALES) -> tuple[bool, bool]:
+    """Whether the lowest and the highest of ``ys`` lie more than ``k`` robust standard
+    deviations (1.4826 x the median absolute deviation) from the median."""
+    if len(ys) < 3:
+        return False, False
+    s = sorted(ys)
+    med = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    dev = sorted(abs(y - med) for y in s)
+    mad = dev[len(dev) // 2] if len(dev) % 2 else (dev[len(dev) // 2 - 1] + dev[len(dev) // 2]) / 2
+    scale = 1.4826 * mad
+    return med - s[0] > k * scale, s[-1] - med > k * scale
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One one-sided test: ``metric`` of each request against ``value`` (``floor``: at least)."""
+
+    key: str  # accept_low, accept_high, efficiency, decode_tok_s, ttft_ms
+    metric: str
+    value: float
+    floor: bool
+
+    def log_ratios(self, values: Sequence[float]) -> list[float]:
+        good = [v for v in values if v > 0]
+        return [math.log(v / self.value) if self.floor else math.log(self.value / v)
+                for v in good]
+
+    def back(self, y: float | None) -> float | None:
+        """A mean log ratio back on the metric's scale."""
+        if y is None or not math.isfinite(y):
+            return None
+        return self.value * math.exp(y if self.floor else -y)
+
+
+def transient(values: Sequence[float], sigmas: float = 3.0) -> int:
+    """Leading requests to drop as a warm-up transient: MSER's truncation point (White, 1997:
+    the d that minimises the standard error of the mean of the rest), searched over the first
+    third, kept only when those d requests are slower (lower ``values``, log rates) than the
+    rest by ``sigmas`` standard errors; else 0. Needs 8 requests."""
+    n = len(values)
+    if n < 8:
+        return 0
+    best, best_d = math.inf, 0
+    for d in range(0, n // 3 + 1):
+        rest = values[d:]
+        m = sum(rest) / len(rest)
+        score = sum((v - m) ** 2 for v in rest) / len(rest) ** 2
+        if score < best:
+            best, best_d = score, d
+    if best_d == 0:
+        return 0
+    head, rest = values[:best_d], values[best_d:]
+    mean_rest, sd_rest = _mean_sd(rest)
+    gap = mean_rest - sum(head) / len(head)
+    se = sd_rest * math.sqrt(1 / len(head) + 1 / len(rest))
+    return best_d if gap > sigmas * max(se, 1e-9) else 0
+
+
+def timed(m: Measurement) -> list[RequestRecord]:
+    """The counted, timed requests after the warm-up transient."""
+    return [r for r in m.counted if r.ok and r.decode_s > 0]
+
+
+def with_transient(m: Measurement) -> Measurement:
+    """``m`` with its leading warm-up transient (see :func:`transient`) excluded from the
+    figures (failed requests among them stay counted as failures). One request at a time only:
+    in a closed loop requests finish out of order and the streams' warm-ups cover the start."""
+    if m.concurrency > 1:
+        return m
+    at = [i for i, r in enumerate(m.records) if r.ok and r.decode_s > 0]
+    k = transient([math.log(m.records[i].decode_tokens / m.records[i].decode_s) for i in at])
+    cut = at[k - 1] + 1 if k else 0
+    return m if cut == m.transient else replace(m, transient=cut)
+
+
+def per_request(m: Measurement, metric: str, roof_tok_s: Callable[[float], float],
+                max_accept: float) -> list[float]:
+    """Each timed request's value of ``metric`` (accept_length, efficiency, decode_tok_s,
+    ttft_ms); efficiency is the request's rate over the roofline at its accept length (the
+    level's window accept, else 1, where requests have no accept of their own)."""
+    recs = timed(m)
+    if metric == "decode_tok_s":
+        return [r.decode_tokens / r.decode_s for r in recs]
+    if metric == "ttft_ms":
+        return [r.ttft_s * 1e3 for r in m.counted if r.ok and r.clock == "client" and r.ttft_s > 0]
+    if metric == "accept_length":
+        return [r.decode_tokens / r.verify_steps for r in recs if r.verify_steps]
+    if metric == "efficiency":
+        fixed = m.window_accept or 1.0
+        out = []
+        for r in recs:
+            a = r.decode_tokens / r.verify_steps if r.verify_steps else fixed
+            out.append(r.decode_tokens / r.decode_s / roof_tok_s(min(a, max_accept)))
+        return out
+    raise ValueError(f"unknown metric {metric!r}")
