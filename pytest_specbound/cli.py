@@ -67,7 +67,12 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     dtype = canonical_dtype(args.dtype, "--dtype") if args.dtype else None
     model = load_model(args.model, dtype, "--model")
     spec = parse_speculation(args.spec, origin="--spec")
-    draft = load_model(args.draft_model, origin="--draft-model") if args.draft_model else None
+    if args.draft_dtype and not args.draft_model:
+        raise SpecboundError(f"--draft-dtype={args.draft_dtype}: needs --draft-model to apply to "
+                             "(MTP and EAGLE heads count at the target's dtype)")
+    draft_dtype = canonical_dtype(args.draft_dtype, "--draft-dtype") if args.draft_dtype else None
+    draft = (load_model(args.draft_model, draft_dtype, "--draft-model") if args.draft_model
+             else None)
     if args.threads is not None and hw.name != "cpu":
         raise SpecboundError(f"--threads={args.threads}: only for --hw cpu (a GPU has no threads "
                              "to match)")
@@ -113,6 +118,33 @@ def cmd_hw(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    from pytest_specbound.physics.models import catalog_rows
+
+    rows = catalog_rows()
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'name':<20} {'dtype':<11} {'weights GB':>10} {'active B':>8} {'layers':>6} "
+          f"{'experts':>8} {'MTP GB':>6}  source")
+    for r in rows:
+        dtype = r["dtype"] + (f"+{r['expert_dtype']}" if r["expert_dtype"] else "")
+        experts = "{}/{}".format(*r["experts"]) if r["experts"] else "-"
+        mtp = f"{r['mtp_gb']:g}" if r["mtp_gb"] else "-"
+        also = f" (also: {', '.join(r['aliases'])})" if r["aliases"] else ""
+        print(f"{r['name']:<20} {dtype:<11} {r['weight_gb']:>10.1f} {r['active_b']:>8.1f} "
+              f"{r['layers']:>6} {experts:>8} {mtp:>6}  {r['source']}{also}")
+    print("also: a config.json, a model folder (safetensors) or a .gguf file wherever a model is "
+          "named")
+    return 0
+
+
+def _add_models(sub: Any) -> None:
+    p = sub.add_parser("models", help="list the model catalog (weights read per forward pass)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_models)
+
+
 def _add_roofline(sub: Any) -> None:
     p = sub.add_parser("roofline", help="per-round roofline breakdown")
     p.add_argument("--hw", required=True, help="hardware, e.g. a6000x2, h100x8, cpu, auto")
@@ -121,6 +153,8 @@ def _add_roofline(sub: Any) -> None:
     p.add_argument("--dtype", help="weight dtype what-if (fp8, int4, ...)")
     p.add_argument("--spec", default="none", help="METHOD[:STEPS[:DRAFT_TOKENS]], e.g. mtp:3")
     p.add_argument("--draft-model", help="draft model for --spec draft / dflash")
+    p.add_argument("--draft-dtype", help="the draft model's weight dtype, e.g. q8_0 (default: its "
+                   "own: a catalog entry's, a GGUF's tensors)")
     p.add_argument("--accept", type=_positive_float, help="mean accept length (bonus included)")
     p.add_argument("--context", type=_nonneg_int, default=500, help="context tokens (500)")
     p.add_argument("--batch", type=_nonneg_int, default=1, help="concurrent sequences (1)")
@@ -138,7 +172,7 @@ def _add_hw(sub: Any) -> None:
     p.set_defaults(func=cmd_hw)
 
 
-SUBCOMMANDS: list[Callable[[Any], None]] = [_add_roofline, _add_hw]
+SUBCOMMANDS: list[Callable[[Any], None]] = [_add_roofline, _add_hw, _add_models]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -151,7 +151,9 @@ def geometry_from_config(
     if n_experts and not top_k:
         raise ConfigError(f"{source}: missing field 'num_experts_per_tok' (a MoE model needs it)")
     moe_inter = f.opt("moe_intermediate_size", default=dense_inter)
+    dense_inter = f.opt("intermediate_size_mlp", default=dense_inter)  # Llama 4's dense layers
     first_dense = f.opt("first_k_dense_replace")
+    moe_step = max(1, f.opt("interleave_moe_layer_step", default=1))  # Llama 4: every Nth layer
     shared_inter = f.opt("shared_expert_intermediate_size") or (
         f.opt("n_shared_experts") * moe_inter
     )
@@ -161,7 +163,8 @@ def geometry_from_config(
     lin_params, lin_state = _linear_attention(f, h) if not all(full) else (0, 0)
     dense_mlp = 3 * h * dense_inter
     expert = 3 * h * moe_inter
-    moe_layers = max(0, n_layers - first_dense) if n_experts else 0
+    moe_layers = (sum(1 for i in range(first_dense, n_layers) if (i + 1) % moe_step == 0)
+                  if n_experts else 0)
 
     mixer = sum(attn_params if is_full else lin_params for is_full in full)
     mlp = (n_layers - moe_layers) * dense_mlp
@@ -179,8 +182,12 @@ def geometry_from_config(
         str(cfg.get("dtype") or cfg.get("torch_dtype") or "bf16"), f"{source}: dtype"
     )
     bpp = dtypes.bytes_per_param(d)
-    weight_bytes = float(cfg.get("weight_bytes") or total * bpp)
-    scale = weight_bytes / (total * bpp)  # 1.0 unless the catalog states the bytes
+    expert_dtype = cfg.get("expert_dtype")  # routed experts stored apart (gpt-oss: MXFP4)
+    ebpp = dtypes.bytes_per_param(str(expert_dtype), f"{source}: expert_dtype") \
+        if expert_dtype else bpp
+    counted = (total - routed) * bpp + routed * ebpp
+    weight_bytes = float(cfg.get("weight_bytes") or counted)
+    scale = weight_bytes / counted  # 1.0 unless the catalog states the bytes
     model = Model(
         name=name,
         source=source,
@@ -198,6 +205,6 @@ def geometry_from_config(
         n_experts=n_experts,
         experts_per_token=top_k,
         moe_layers=moe_layers,
-        expert_bytes=expert * bpp * scale,
+        expert_bytes=expert * ebpp * scale,
     )
     return model.with_dtype(dtype) if dtype else model

@@ -17,13 +17,24 @@ from pytest_specbound.errors import ConfigError, close_matches
 from pytest_specbound.physics import dtypes
 from pytest_specbound.physics.geometry import Model, geometry_from_config
 
-__all__ = ["Model", "catalog", "geometry_from_config", "load_model"]
+__all__ = ["Model", "catalog", "catalog_rows", "geometry_from_config", "load_model"]
 
 @lru_cache(maxsize=1)
 def catalog() -> dict[str, dict[str, Any]]:
     """The shipped model catalog, keyed by canonical name."""
     text = resources.files("pytest_specbound").joinpath("data/models.toml").read_text("utf-8")
     return loads_toml(text, "pytest_specbound/data/models.toml")
+
+
+def catalog_rows() -> list[dict[str, Any]]:
+    """One row per catalog model, for ``specbound models``: what one forward pass reads."""
+    rows = []
+    for name, entry in catalog().items():
+        m = load_model(name)
+        rows.append({**m.describe(), "aliases": list(entry.get("aliases", [])),
+                     "active_b": round(m.active_params / 1e9, 2),
+                     "expert_dtype": entry.get("expert_dtype")})
+    return rows
 
 
 def _catalog_lookup(name: str) -> tuple[str, dict[str, Any]] | None:
