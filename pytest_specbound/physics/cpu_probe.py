@@ -13,19 +13,50 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytest_specbound.atomic import write_json
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specbound" / "cpu.json"
+CACHE = Path(os.environ.get("SPECBOUND_CACHE_DIR")
+             or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specbound"
+             ) / "cpu.json"
 PROBE_BYTES = 512 * 1024 * 1024  # far above any last-level cache
 
 
-def _read_bandwidth_gbs(np: Any, threads: int) -> float:
+CACHE_FORMAT = 2  # 2: every cached figure came from an uncontended probe
+MIN_CPU_SHARE = 0.75  # a probe whose threads got less of the CPU than this was contended
+
+
+class Probe(NamedTuple):
+    """A measured rate and the share of the CPU its threads got while measuring it."""
+
+    value: float
+    cpu_share: float
+
+    @property
+    def contended(self) -> bool:
+        """Other work held the cores: the rate reads low and must not be cached."""
+        return self.cpu_share < MIN_CPU_SHARE
+
+
+class _CpuShare:
+    """CPU time the process got over the wall time its ``threads`` busy threads had."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def share(self) -> float:
+        wall = (time.perf_counter() - self.wall) * self.threads
+        return min(1.0, (time.process_time() - self.cpu) / wall) if wall > 0 else 1.0
+
+
+def _read_bandwidth_gbs(np: Any, threads: int) -> Probe:
     from concurrent.futures import ThreadPoolExecutor
 
     chunks = [np.ones(PROBE_BYTES // 8 // threads, dtype=np.float64) for _ in range(threads)]
     best = 0.0
+    clock = _CpuShare(threads)
     with ThreadPoolExecutor(threads) as pool:
         for _ in range(5):
             start = time.perf_counter()
@@ -37,7 +68,7 @@ def _read_bandwidth_gbs(np: Any, threads: int) -> float:
         start = time.perf_counter()
         np.copyto(dst, src)
         best = max(best, 2 * src.nbytes / (time.perf_counter() - start) / 1e9)  # read + write
-    return best
+    return Probe(best, clock.share())
 
 
 def _matmul_tflops(np: Any) -> float:
@@ -62,21 +93,26 @@ def host_fingerprint() -> str:
 
 
 def _load_cache() -> dict[str, Any]:
-    """The cache file, when it was written on this kind of machine; else empty."""
+    """The cache file, when it was written on this kind of machine by probes that were not
+    contended (format 2); else empty. Older files may hold a probe taken under load: they are
+    measured again once."""
     with contextlib.suppress(OSError, ValueError):
         loaded = json.loads(CACHE.read_text())
-        if not isinstance(loaded, dict):
-            return {}
-        if loaded.get("host") == host_fingerprint():
+        if (isinstance(loaded, dict) and loaded.get("host") == host_fingerprint()
+                and loaded.get("format") == CACHE_FORMAT):
             return loaded
-        if "host" not in loaded and loaded.get("cores") == (os.cpu_count() or 1):
-            return loaded  # written before the fingerprint: trusted by core count, as then
     return {}
 
 
 def _save_cache(entries: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):
-        write_json(CACHE, {**_load_cache(), **entries, "host": host_fingerprint()})
+        write_json(CACHE, {**_load_cache(), **entries, "host": host_fingerprint(),
+                           "format": CACHE_FORMAT})
+
+
+def _contended_note(probe: Probe) -> str:
+    return (f" (contended: its threads got {probe.cpu_share:.0%} of the CPU; not cached, "
+            "measured again next run)")
 
 
 def probe_cpu(refresh: bool = False) -> dict[str, Any]:
@@ -91,13 +127,17 @@ def probe_cpu(refresh: bool = False) -> dict[str, Any]:
     else:
         import numpy as np
 
+        probe = _read_bandwidth_gbs(np, cores)
         result = {
             "cores": cores,
-            "bandwidth_gbs": round(_read_bandwidth_gbs(np, cores), 2),
+            "bandwidth_gbs": round(probe.value, 2),
             "fp32_tflops": round(_matmul_tflops(np), 4),
             "source": f"measured on this host ({cores} cores): numpy read/copy and 1024^2 matmul",
         }
-        _save_cache(result)
+        if probe.contended:
+            result["source"] += _contended_note(probe)
+        else:
+            _save_cache(result)
     if override:
         result["bandwidth_gbs"] = float(override)
         result["source"] = "SPECBOUND_CPU_BANDWIDTH_GBS"
@@ -136,12 +176,15 @@ def read_bandwidth(threads: int, working_set: float, refresh: bool = False) -> t
         return float(cached), source
     import numpy as np
 
-    gbs = round(float(_repeated_read_gbs(np, threads, size)), 2)
+    probe = _repeated_read_gbs(np, threads, size)
+    gbs = round(float(probe.value), 2)
+    if probe.contended:
+        return gbs, source + _contended_note(probe)
     _save_cache({key: gbs})
     return gbs, source
 
 
-def _repeated_read_gbs(np: Any, threads: int, size: int) -> float:
+def _repeated_read_gbs(np: Any, threads: int, size: int) -> Probe:
     """Best rate of whole passes over ``size`` bytes split across ``threads`` threads; each timing
     spans enough passes to last about 20 ms, and the first pass warms the caches."""
     from concurrent.futures import ThreadPoolExecutor
@@ -158,5 +201,7 @@ def _repeated_read_gbs(np: Any, threads: int, size: int) -> float:
     with ThreadPoolExecutor(threads) as pool:
         one = max(passes(1), 1e-6)
         n = max(1, int(0.02 / one))
+        clock = _CpuShare(threads)
         best = min(passes(n) for _ in range(5)) / n
-    return float(total) / best / 1e9
+        share = clock.share()
+    return Probe(float(total) / best / 1e9, share)

@@ -70,7 +70,8 @@ def test_read_bandwidth_is_measured_once_per_threads_and_size_on_a_machine(tmp_p
     monkeypatch.delenv("SPECBOUND_CPU_BANDWIDTH_GBS", raising=False)
     calls = []
     monkeypatch.setattr(cpu_probe, "_repeated_read_gbs",
-                        lambda np, threads, size: calls.append((threads, size)) or 12.5)
+                        lambda np, threads, size: calls.append((threads, size))
+                        or cpu_probe.Probe(12.5, 0.98))
     assert cpu_probe.read_bandwidth(1, 3e6)[0] == 12.5
     assert cpu_probe.read_bandwidth(1, 3.1e6)[0] == 12.5  # same bucket: cached
     assert calls == [(1, cpu_probe.working_set_bucket(3e6))]
@@ -94,3 +95,33 @@ def test_a_real_probe_of_a_small_working_set(tmp_path, monkeypatch):
     monkeypatch.delenv("SPECBOUND_CPU_BANDWIDTH_GBS", raising=False)
     gbs, source = cpu_probe.read_bandwidth(1, 2e6)
     assert gbs > 0.1 and "1 thread reading 2 MiB" in source
+
+
+def test_a_contended_probe_is_used_but_never_cached(tmp_path, monkeypatch):
+    """A probe taken while other work held the cores reads low: this run uses it and says so,
+    the next run measures again (a cached low figure would make every later roofline too low)."""
+    monkeypatch.setattr(cpu_probe, "CACHE", tmp_path / "cpu.json")
+    monkeypatch.delenv("SPECBOUND_CPU_BANDWIDTH_GBS", raising=False)
+    shares = [0.4, 0.97]
+    monkeypatch.setattr(cpu_probe, "_repeated_read_gbs",
+                        lambda np, threads, size: cpu_probe.Probe(9.0 if shares[0] < 0.75 else
+                                                                  30.0, shares.pop(0)))
+    gbs, source = cpu_probe.read_bandwidth(1, 3e6)
+    assert gbs == 9.0 and "contended: its threads got 40% of the CPU; not cached" in source
+    assert not (tmp_path / "cpu.json").exists()
+    assert cpu_probe.read_bandwidth(1, 3e6)[0] == 30.0  # measured again, quiet: cached
+    assert cpu_probe.read_bandwidth(1, 3e6) == (30.0, cpu_probe.read_bandwidth(1, 3e6)[1])
+
+
+def test_a_cache_from_before_the_contention_check_is_measured_again(tmp_path, monkeypatch):
+    import json
+
+    path = tmp_path / "cpu.json"
+    monkeypatch.setattr(cpu_probe, "CACHE", path)
+    monkeypatch.delenv("SPECBOUND_CPU_BANDWIDTH_GBS", raising=False)
+    key = f"read:1:{cpu_probe.working_set_bucket(3e6)}"
+    path.write_text(json.dumps({"host": cpu_probe.host_fingerprint(), key: 5.0}))  # format 1
+    monkeypatch.setattr(cpu_probe, "_repeated_read_gbs",
+                        lambda np, threads, size: cpu_probe.Probe(31.0, 0.99))
+    assert cpu_probe.read_bandwidth(1, 3e6)[0] == 31.0
+    assert json.loads(path.read_text())["format"] == cpu_probe.CACHE_FORMAT
