@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pytest_specbound.measure.measurement import Stop
 from pytest_specbound.measure.prompts import load_prompts
 from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
 from pytest_specbound.serving.backends.vllm import ACCEPTED, DRAFTS, GENERATED, VLLM
@@ -144,6 +145,19 @@ def test_concurrency_one_and_four(server, tiny_llama):
     four = measure_closed_loop(stream_samplers(base, 4), prompts, 64, FixedCount(12), warmup=1,
                                window=CounterWindow(backend, srv.endpoint))
     assert not one.failures and not four.failures, [r.error for r in four.failures]
+    assert one.stop is Stop.FIXED_COUNT and all(r.decode_s > 0 for r in one.records)
+    if four.stop is Stop.UNTIMED:
+        # About half of the vLLM launches on a 2-core box flush each response whole at 4
+        # streams (every decode token in the first token's socket read; one stream, llama-server
+        # at 4 streams and bench/client_streams.py's 16-stream emitter are timed fine). No
+        # client clock can time that: the level must say so rather than report figures.
+        assert len(four.untimed) > 12 and len(four.records) < 12, four.to_json()
+        assert all("socket read" in (r.untimed or "") for r in four.untimed)
+        assert all(r.decode_s > 0 for r in four.records)  # what was counted was timed
+        assert "could not be timed" in (four.untimed_note() or "")
+        pytest.skip(f"this vLLM flushed whole responses at 4 streams ({len(four.untimed)} "
+                    "requests untimed, reported as such): batching not observable by a client")
+    assert four.stop is Stop.FIXED_COUNT and len(four.records) == 12, four.to_json()
     assert four.accept_source == ("server" if per_request else "window")
     assert all(r.decode_s > 0 for r in four.records)
     # about 3.5 at once alone on 2 cores; 1.6 with a llama-server busy beside it (one request
