@@ -5,6 +5,11 @@ A real llama-server on this machine decodes while the telemetry sampler runs at 
 (its timings) is compared. There is no GPU here: the sampler reads a fake NVML whose every call
 takes 50 us (real NVML queries take tens of microseconds), so what this measures is the
 sampler's own cost in the client process, on the CPUs it shares with the server. Target >= 0.98.
+
+Paired server rates on a 2-core VM carry +-5% of noise per pair, more than the effect; the bench
+therefore also measures the sampler's CPU time per wall second directly, which bounds what it can
+take from a server on the same cores (the headline). On a real GPU the driver's side of NVML is
+not measured here.
 """
 
 from __future__ import annotations
@@ -48,8 +53,22 @@ def rate(sampler: Sampler, interval_s: float | None) -> float:
     return rec.server_decode_tok_s or 0.0
 
 
+def sampler_cpu_share(interval_s: float, seconds: float = 4.0) -> float:
+    """CPU seconds the sampler takes per wall second (the main thread sleeps meanwhile, so the
+    process's CPU time is the sampler's): the most it can take from a server on these cores."""
+    tele = Telemetry(SlowNVML(gpus=2), interval_s).start()
+    cpu, wall = time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    share = (time.process_time() - cpu) / (time.perf_counter() - wall)
+    tele.stop()
+    return share
+
+
 def main() -> None:
     from pytest_specbound.physics.demo import demo_models
+
+    idle = sampler_cpu_share(3600.0, 2.0)  # started, never sampling again: the floor
+    shares = {hz: max(0.0, sampler_cpu_share(1 / hz) - idle) for hz in (1 / DEFAULT_INTERVAL_S, 100)}
 
     models = demo_models()
     argv = [llama_server_binary(), "-m", models["demo_gguf"], "--host", "{host}", "--port",
@@ -72,9 +91,16 @@ def main() -> None:
     for name, ratios in pairs.items():
         q = statistics.quantiles(ratios, n=4)
         print(f"{name:>15} {statistics.median(ratios):>12.3f} {q[0]:>7.3f}-{q[2]:.3f}")
-    print(f"headline: server rate with telemetry at {1 / DEFAULT_INTERVAL_S:g} Hz / without = "
-          f"{statistics.median(pairs['2 Hz']):.3f} (target >= 0.98); control (no sampler in "
-          f"either) {statistics.median(pairs['none (control)']):.3f}")
+    print()
+    print("the sampler's own CPU (2 GPUs, 50 us per NVML call), per wall second:")
+    for hz, share in shares.items():
+        print(f"{hz:>12g} Hz {share:>10.3%} of one core")
+    low = 1 - shares[1 / DEFAULT_INTERVAL_S]
+    print(f"headline: at {1 / DEFAULT_INTERVAL_S:g} Hz the sampler takes "
+          f"{shares[1 / DEFAULT_INTERVAL_S]:.3%} of one core, so a server sharing these cores "
+          f"keeps at least {low:.4f} of its rate (target >= 0.98); the paired server rates read "
+          f"{statistics.median(pairs['2 Hz']):.3f} with it, {statistics.median(pairs['none (control)']):.3f} "
+          "in the control (this machine's noise, wider than the effect)")
 
 
 if __name__ == "__main__":

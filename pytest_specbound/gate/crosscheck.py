@@ -48,3 +48,14 @@ def mismatches(budget: Budget, hw: Hardware, served: Served) -> list[str]:
         out.append(f"budget says dtype {budget.model.dtype}; the server runs {served.dtype} "
                    f"({src['dtype']})")
     return out
+
+
+def setting_findings(hw: Hardware, served: Served) -> list[tuple[str, str]]:
+    """What the server runs that explains a slower system, as (kind, text) findings beside GPU
+    telemetry's: eager mode on a GPU (CUDA graphs off: every kernel of every forward is launched
+    from the host, a cost the roofline's scheduler constant assumes captured graphs avoid)."""
+    if served.eager and hw.name != "cpu":
+        return [("eager", "the server runs in eager mode, CUDA graphs off "
+                          f"({served.sources.get('eager', 'server')}): each forward pays its "
+                          "kernel launches, which the roofline assumes graphs remove")]
+    return []

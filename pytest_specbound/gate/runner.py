@@ -10,7 +10,7 @@ from typing import Any
 
 from pytest_specbound.errors import ConfigError, ServerError
 from pytest_specbound.gate.budget import Budget, ClassBudget, ModelRef
-from pytest_specbound.gate.crosscheck import mismatches
+from pytest_specbound.gate.crosscheck import mismatches, setting_findings
 from pytest_specbound.gate.measure_lock import exclusive_measurement
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
@@ -226,7 +226,8 @@ def run_class(
                          served.sources.get("slots", ""))
     verdict = explained(judge(cls, m, roof, rule.last_decisions, batching=hint,
                               resolution=rule.resolution),
-                        findings(telemetry), cls.require_no_throttle)
+                        [*setting_findings(hw, served), *findings(telemetry)],
+                        cls.require_no_throttle)
     return replace(running_result(base, m, rule, started), verdict=verdict, partial=False)
 
 

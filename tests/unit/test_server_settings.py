@@ -78,3 +78,21 @@ def test_dtype_and_threads(tmp_path):
         "budget says dtype bf16; the server runs float16 (launch: --dtype float16)"]
     assert mismatches(budget, parse_hardware("cpu"), Served(dtype="bfloat16", sources={
         "dtype": "x"})) == []
+
+
+def test_eager_mode_explains_a_system_failure_on_a_gpu_only():
+    from pytest_specbound.gate.crosscheck import setting_findings
+    from pytest_specbound.gate.verdict import Verdict, explained
+
+    served = from_launch("vllm", "vllm serve m --enforce-eager")
+    found = setting_findings(parse_hardware("h100"), served)
+    assert found == [("eager", "the server runs in eager mode, CUDA graphs off (launch: "
+                               "--enforce-eager): each forward pays its kernel launches, which "
+                               "the roofline assumes graphs remove")]
+    failed = Verdict("fail", ["decode 40 tok/s < floor 50 tok/s"], ("efficiency_below_min",),
+                     "system")
+    assert explained(failed, found).lines[-1].startswith("why: the server runs in eager mode")
+    drafter = Verdict("fail", ["accept below band"], ("accept_below_band",), "drafter")
+    assert explained(drafter, found) == drafter  # the drafter moved: eager mode does not explain it
+    assert setting_findings(parse_hardware("cpu"), served) == []  # no CUDA graphs on a CPU
+    assert setting_findings(parse_hardware("h100"), Served()) == []
