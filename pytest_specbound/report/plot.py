@@ -1,7 +1,7 @@
 """tok/s against accept length: the roofline and floor lines, each class's measured point with its
 intervals (accept and tok/s, from the last look) and its accept band; labels never overlap.
 Where classes ran at several concurrency levels, a second panel: per-user tok/s against
-concurrency, with the roofline and the floor at each level."""
+concurrency, with the roofline and the floor at each level. One row of panels per hardware."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from pytest_specbound.gate.result import ClassResult
 
 
 def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
+    """The plot, one row of panels per hardware (runs merged by ``specbound report`` plot
+    each runner's hardware in its own row)."""
     try:
         import matplotlib
 
@@ -24,12 +26,26 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
     except ImportError:
         raise ConfigError("--specbound-plot needs matplotlib: pip install "
                           "'pytest-specbound[plot]'") from None
+    hardware = sorted({r.hardware for r in results}) or [""]
     leveled = any(r.concurrency > 1 for r in results)
-    fig, axes = plt.subplots(1, 2 if leveled else 1, figsize=(13 if leveled else 7, 4.5),
+    cols = 2 if leveled else 1
+    fig, axes = plt.subplots(len(hardware), cols, figsize=(6.5 * cols + 0.5, 4.5 * len(hardware)),
                              squeeze=False)
-    ax = axes[0][0]
-    if leveled:
-        _concurrency_panel(axes[0][1], results)
+    for row, hw in enumerate(hardware):
+        on_hw = [r for r in results if r.hardware == hw]
+        title = f" on {hw}" if len(hardware) > 1 else ""
+        _accept_panel(axes[row][0], fig, on_hw, title)
+        if leveled:
+            _concurrency_panel(axes[row][1], on_hw, title)
+    fig.tight_layout()
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+    plt.close(fig)
+
+
+def _accept_panel(ax: Any, fig: Any, results: Sequence[ClassResult], title: str = "") -> None:
+    """tok/s against accept length: roofline and floor lines, each class with its intervals and
+    its accept band (shaded at its measured rate), labels placed so that none overlap."""
     groups: dict[tuple[str, str, int], list[ClassResult]] = {}
     points: list[tuple[float, float, str]] = []
     for r in results:
@@ -67,15 +83,12 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
         ax.annotate(text, (x, y), textcoords="offset points", xytext=(6, dy), fontsize=8)
     ax.set_xlabel("accept length (tokens per verify step)")
     ax.set_ylabel("decode tok/s")
-    ax.set_title("specbound: measured vs roofline")
+    ax.set_title("specbound: measured vs roofline" + title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    with replacing(path) as tmp:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-    plt.close(fig)
 
 
-def _concurrency_panel(ax: Any, results: Sequence[ClassResult]) -> None:
+def _concurrency_panel(ax: Any, results: Sequence[ClassResult], title: str = "") -> None:
     """Per-user decode tok/s against concurrency per class, with the roofline (per sequence, at
     batch = level and the measured accept) and the floor at each measured level."""
     series: dict[tuple[str, str, str], list[ClassResult]] = {}
@@ -103,7 +116,7 @@ def _concurrency_panel(ax: Any, results: Sequence[ClassResult]) -> None:
     ax.minorticks_off()
     ax.set_xlabel("concurrency (closed-loop streams = roofline batch)")
     ax.set_ylabel("decode tok/s per user")
-    ax.set_title("per-user tok/s vs concurrency")
+    ax.set_title("per-user tok/s vs concurrency" + title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
 

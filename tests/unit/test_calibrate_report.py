@@ -70,3 +70,22 @@ def test_plot_labels_of_close_points_do_not_overlap():
     assert all(abs(a - b) >= LABEL_PT for i, a in enumerate(ys) for b in ys[i + 1:])
     assert offsets[1] == -12.0 and offsets[3] == -12.0  # the highest, and one far away: in place
     assert ys[1] > ys[0] > ys[2]  # labels keep the points' vertical order
+
+
+def test_report_plots_a_row_of_panels_per_hardware(tmp_path, capsys):
+    """Runs merged from several runners: each hardware gets its own row in the plot."""
+    from matplotlib.image import imread
+
+    row = {"budget": "b/x.toml", "class": "coding", "hardware": "h100", "accept_length": 3.1,
+           "accept_band": [2.8, 3.4], "decode_tok_s": 150.0, "verdict": "pass",
+           "roofline": {"round_ms": 20.0, "max_accept": 4},
+           "bounds": {"accept_length": [3.0, 3.2], "decode_tok_s": [140.0, 160.0]}}
+    (tmp_path / "a.json").write_text(json.dumps({"results": [row]}))
+    (tmp_path / "b.json").write_text(json.dumps({"results": [{**row, "hardware": "a6000x2"}]}))
+    assert main(["report", str(tmp_path / "a.json"), "--plot", str(tmp_path / "one.png")]) == 0
+    assert main(["report", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--plot",
+                 str(tmp_path / "two.png")]) == 0
+    capsys.readouterr()
+    one, two = imread(tmp_path / "one.png"), imread(tmp_path / "two.png")
+    assert two.shape[0] > 1.7 * one.shape[0]  # two rows of panels
+    assert abs(two.shape[1] - one.shape[1]) < 0.1 * one.shape[1]  # as wide
