@@ -50,6 +50,19 @@ def test_overlaps_integrate_the_step_functions_exactly():
     assert oa.share_s + ob.share_s + oc.share_s == pytest.approx(4.0)
 
 
+def test_a_request_timed_on_the_servers_clock_keeps_its_decode_time_in_the_aggregate():
+    """Its tokens reached the client in one burst (client interval ~0): its window lasts the
+    server's decode time and ends at the burst, so one request at a time still aggregates to
+    its own rate (it read 20x the rate on real vLLM before)."""
+    from dataclasses import replace
+
+    burst = replace(rec(0.0, 0.30, 0.25, tokens=64), chunk_times_s=(0.30, 0.3001),
+                    clock="server")
+    assert burst.decode_window == pytest.approx((0.0501, 0.3001))
+    m = Measurement("vllm", (rec(1.0, 0.05, 0.25, tokens=64), burst))
+    assert m.aggregate_tok_s == pytest.approx(m.decode_tok_s, rel=1e-6)
+
+
 def test_records_without_a_send_time_have_no_overlap():
     assert overlaps([RequestRecord(completion_tokens=5, decode_s=1.0)]) == [None]
 
