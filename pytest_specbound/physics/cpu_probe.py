@@ -39,16 +39,44 @@ class Probe(NamedTuple):
         return self.cpu_share < MIN_CPU_SHARE
 
 
-class _CpuShare:
-    """CPU time the process got over the wall time its ``threads`` busy threads had."""
+def _busy_cpu_s() -> float | None:
+    """CPU seconds the whole machine has spent busy (Linux ``/proc/stat``), or None."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()[1:]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    except (OSError, ValueError):
+        return None
+    return (user + nice + system + irq + softirq + steal) / (os.sysconf("SC_CLK_TCK") or 100)
 
-    def __init__(self, threads: int) -> None:
-        self.threads = threads
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+class _CpuShare:
+    """The share of the CPU the probe's threads got while they worked: the lower of (a) each
+    timed call's thread CPU time over its own wall time (a thread descheduled mid-call) and (b)
+    one less the CPU the rest of the machine used meanwhile, per core (other work that ran beside
+    short calls without descheduling them, still taking memory bandwidth and cache)."""
+
+    def __init__(self) -> None:
+        self.cpu = self.wall = 0.0
+        self.started = time.perf_counter()
+        self.own = time.process_time()
+        self.busy = _busy_cpu_s()
+
+    def timed(self, work: Any) -> Any:
+        cpu, wall = time.thread_time(), time.perf_counter()
+        result = work()
+        self.cpu += time.thread_time() - cpu
+        self.wall += time.perf_counter() - wall
+        return result
 
     def share(self) -> float:
-        wall = (time.perf_counter() - self.wall) * self.threads
-        return min(1.0, (time.process_time() - self.cpu) / wall) if wall > 0 else 1.0
+        threads = min(1.0, self.cpu / self.wall) if self.wall > 0 else 1.0
+        busy = _busy_cpu_s()
+        elapsed = (time.perf_counter() - self.started) * (os.cpu_count() or 1)
+        if busy is None or self.busy is None or elapsed < 0.05:
+            return threads
+        others = (busy - self.busy) - (time.process_time() - self.own)
+        return min(threads, 1.0 - max(0.0, others) / elapsed)
 
 
 def _read_bandwidth_gbs(np: Any, threads: int) -> Probe:
@@ -56,17 +84,18 @@ def _read_bandwidth_gbs(np: Any, threads: int) -> Probe:
 
     chunks = [np.ones(PROBE_BYTES // 8 // threads, dtype=np.float64) for _ in range(threads)]
     best = 0.0
-    clock = _CpuShare(threads)
+    clock = _CpuShare()
     with ThreadPoolExecutor(threads) as pool:
         for _ in range(5):
             start = time.perf_counter()
-            list(pool.map(lambda a: a.sum(), chunks))  # numpy releases the GIL in sum
+            # numpy releases the GIL in sum
+            list(pool.map(lambda a: clock.timed(a.sum), chunks))
             best = max(best, PROBE_BYTES / (time.perf_counter() - start) / 1e9)
     src = np.ones(PROBE_BYTES // 8 // 2, dtype=np.float64)
     dst = np.empty_like(src)
     for _ in range(3):
         start = time.perf_counter()
-        np.copyto(dst, src)
+        clock.timed(lambda: np.copyto(dst, src))
         best = max(best, 2 * src.nbytes / (time.perf_counter() - start) / 1e9)  # read + write
     return Probe(best, clock.share())
 
@@ -192,16 +221,16 @@ def _repeated_read_gbs(np: Any, threads: int, size: int) -> Probe:
     chunks = [np.ones(max(1, size // 8 // threads), dtype=np.float64) for _ in range(threads)]
     total = sum(c.nbytes for c in chunks)
 
+    clock = _CpuShare()
+
     def passes(n: int) -> float:
         start = time.perf_counter()
         for _ in range(n):
-            list(pool.map(lambda a: a.sum(), chunks))  # numpy releases the GIL in sum
+            list(pool.map(lambda a: clock.timed(a.sum), chunks))  # sum releases the GIL
         return time.perf_counter() - start
 
     with ThreadPoolExecutor(threads) as pool:
         one = max(passes(1), 1e-6)
         n = max(1, int(0.02 / one))
-        clock = _CpuShare(threads)
         best = min(passes(n) for _ in range(5)) / n
-        share = clock.share()
-    return Probe(float(total) / best / 1e9, share)
+    return Probe(float(total) / best / 1e9, clock.share())

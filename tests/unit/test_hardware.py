@@ -159,8 +159,11 @@ def test_cpu_profile_uses_override(monkeypatch, tmp_path):
 
     monkeypatch.setattr(probe, "CACHE", tmp_path / "cpu.json")
     cores = __import__("os").cpu_count()
-    (tmp_path / "cpu.json").write_text(
-        f'{{"cores": {cores}, "bandwidth_gbs": 9.0, "fp32_tflops": 0.1, "source": "cached"}}')
+    import json
+
+    (tmp_path / "cpu.json").write_text(json.dumps({
+        "cores": cores, "bandwidth_gbs": 9.0, "fp32_tflops": 0.1, "source": "cached",
+        "host": probe.host_fingerprint(), "format": probe.CACHE_FORMAT}))
     assert parse_hardware("cpu").bandwidth_gbs == 9.0
     monkeypatch.setenv("SPECBOUND_CPU_BANDWIDTH_GBS", "12.5")
     hw = parse_hardware("cpu")
