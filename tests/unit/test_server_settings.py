@@ -96,3 +96,57 @@ def test_eager_mode_explains_a_system_failure_on_a_gpu_only():
     assert explained(drafter, found) == drafter  # the drafter moved: eager mode does not explain it
     assert setting_findings(parse_hardware("cpu"), served) == []  # no CUDA graphs on a CPU
     assert setting_findings(parse_hardware("h100"), Served()) == []
+
+
+def test_tgi_launcher_flags():
+    s = from_launch("tgi", "text-generation-launcher --model-id m --num-shard 2 --speculate 3 "
+                           "--max-batch-size 8 --dtype bfloat16")
+    assert (s.speculative, s.draft_steps, s.method, s.tp_size, s.slots, s.dtype) == \
+        (True, 3, None, 2, 8, "bfloat16")
+    assert s.sources["draft_steps"] == "launch: --speculate 3"
+    assert from_launch("tgi", "text-generation-launcher --model-id m").speculative is False
+    assert from_launch("tgi", "./serve.sh --model-id m").speculative is None  # a wrapper
+
+
+def test_trtllm_config_yaml(tmp_path):
+    config = tmp_path / "extra.yaml"
+    config.write_text("""# served by CI
+enable_iter_perf_stats: true
+speculative_config:
+  decoding_type: Eagle3   # the draft head
+  max_draft_len: 3
+  speculative_model: "/models/draft"
+return_perf_metrics: true
+""")
+    s = from_launch("trtllm", f"trtllm-serve m --backend pytorch --tp_size 2 --max_batch_size 4 "
+                              f"--config {config}")
+    assert (s.speculative, s.method, s.draft_steps, s.tp_size, s.slots) == (True, "eagle3", 3, 2, 4)
+    assert s.sources["draft_steps"] == f"{config}: speculative_config: 3 draft tokens"
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("enable_iter_perf_stats: true\n")
+    assert from_launch("trtllm", f"trtllm-serve m --config {plain}").speculative is False
+    assert from_launch("trtllm", "trtllm-serve m").speculative is False
+    elsewhere = from_launch("trtllm", "trtllm-serve m --tp_size 2 --config /elsewhere.yaml")
+    assert elsewhere.speculative is None and elsewhere.tp_size == 2  # unreadable: unknown
+
+
+def test_a_trtllm_budget_whose_steps_differ_is_named_with_both(tmp_path):
+    config = tmp_path / "extra.yaml"
+    config.write_text("speculative_config:\n  decoding_type: MTP\n  max_draft_len: 2\n")
+    budget = tmp_path / "b.toml"
+    budget.write_text(f"""[model]
+name = "qwen3.6-27b"
+[speculative]
+method = "mtp"
+steps = 3
+[server]
+backend = "trtllm"
+launch = "trtllm-serve m --tp_size 2 --config {config} --host {{host}} --port {{port}}"
+[classes.coding]
+prompts = "coding"
+""")
+    b = load_budget(budget)
+    served = get_backend("trtllm").served_from_launch(argv_of(b.server.launch))
+    found = mismatches(b, parse_hardware("a6000x2"), served)
+    assert len(found) == 1 and "budget says mtp:3" in found[0] and "2 draft steps" in found[0]
+    assert f"{config}: speculative_config: 2 draft tokens" in found[0]

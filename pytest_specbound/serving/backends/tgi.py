@@ -7,6 +7,7 @@ from typing import Any
 
 from pytest_specbound.serving.backends.base import Backend, Prompt
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
+from pytest_specbound.serving.settings import Served, flag_value, int_flag, runs
 from pytest_specbound.serving.transport import Endpoint
 
 SKIPPED_SUM = "tgi_request_skipped_tokens_sum"
@@ -19,6 +20,24 @@ class TGI(Backend):
     ready_paths = ("/health",)
     metric_names = (SKIPPED_SUM, SKIPPED_COUNT)
     chunks_are_steps = False
+
+    def served_from_launch(self, argv: list[str]) -> Served:
+        """``text-generation-launcher`` flags: its ``/info`` has no speculative field. With
+        ``--speculate N`` it drafts N tokens (Medusa heads when the model has them, else n-gram:
+        the method is not told by the flags)."""
+        values: dict[str, tuple[object, str]] = {
+            "tp_size": int_flag(argv, "--num-shard"),
+            "slots": int_flag(argv, "--max-batch-size"),
+        }
+        steps, where = int_flag(argv, "--speculate")
+        if steps:
+            values.update(speculative=(True, where), draft_steps=(steps, where))
+        elif runs(argv, "text-generation-launcher"):
+            values["speculative"] = (False, "launch: no --speculate")
+        dtype = flag_value(argv, "--dtype")
+        if dtype:
+            values["dtype"] = (dtype[0], f"launch: {dtype[1]}")
+        return Served.of(values)
 
     def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
         if prompt.messages is not None:

@@ -4,14 +4,41 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from pytest_specbound.serving.backends.base import Backend, with_info
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
+from pytest_specbound.serving.settings import Served, flag_value, int_flag, runs
 from pytest_specbound.serving.transport import Endpoint
 
+# speculative_config.decoding_type -> budget method (PARD and SA have no budget method)
+TRT_METHODS = {"mtp": "mtp", "eagle3": "eagle3", "eagle": "eagle3", "ngram": "ngram",
+               "drafttarget": "draft", "dflash": "dflash"}
 ACCEPTED = "numAcceptedTokens"
 WITH_DRAFT = "numRequestsWithDraftTokens"
+
+
+def speculative_config(text: str) -> dict[str, str]:
+    """The ``speculative_config:`` block of a trtllm-serve ``--config`` YAML as flat
+    ``key: value`` strings (the subset its documented examples use; nested values are skipped)."""
+    block: dict[str, str] = {}
+    inside, indent = False, 0
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        if not inside:
+            inside = line.strip() == "speculative_config:" and depth == 0
+            continue
+        if depth == 0:
+            break
+        indent = indent or depth
+        key, colon, value = line.strip().partition(":")
+        if colon and depth == indent and value.strip():
+            block[key.strip()] = value.strip().strip("'\"")
+    return block
 
 
 class TRTLLM(Backend):
@@ -20,6 +47,33 @@ class TRTLLM(Backend):
     ready_paths = ("/health",)
     metric_names = (ACCEPTED, WITH_DRAFT)
     drains_metrics = True  # GET /metrics empties the iteration-stats queue
+
+    def served_from_launch(self, argv: list[str]) -> Served:
+        """``trtllm-serve`` flags and the ``speculative_config`` of its ``--config`` YAML
+        (``--extra_llm_api_options``): the server reports neither."""
+        values: dict[str, tuple[object, str]] = {
+            "tp_size": int_flag(argv, "--tp_size", "--tensor_parallel_size"),
+            "slots": int_flag(argv, "--max_batch_size"),
+        }
+        config = flag_value(argv, "--config", "--extra_llm_api_options")
+        spec: dict[str, str] = {}
+        if config:
+            try:
+                spec = speculative_config(Path(config[0]).read_text(encoding="utf-8"))
+            except OSError:  # a file on another machine: the launch cannot tell
+                return Served.of(values)
+        where = f"{config[0]}: speculative_config" if config else ""
+        if spec.get("decoding_type"):
+            values["speculative"] = (True, f"{where}.decoding_type")
+            method = TRT_METHODS.get(spec["decoding_type"].lower())
+            if method:
+                values["method"] = (method, f"{where}.decoding_type {spec['decoding_type']}")
+            steps = spec.get("max_draft_len") or spec.get("num_nextn_predict_layers")
+            if steps and steps.isdigit():
+                values["draft_steps"] = (int(steps), f"{where}: {steps} draft tokens")
+        elif config or runs(argv, "trtllm-serve"):
+            values["speculative"] = (False, f"{where} absent" if config else "launch: no --config")
+        return Served.of(values)
 
     def build_request(self, prompt: Any, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
         path, body = super().build_request(prompt, max_tokens, model)
