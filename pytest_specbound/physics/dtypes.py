@@ -23,6 +23,10 @@ DTYPES: dict[str, tuple[float, str]] = {
     "q4_0": (18.0 / 32, "GGUF Q4_0: 32 4-bit + one fp16 scale (4.5 bits)"),
 }
 
+# Weights a CPU server multiplies with integer SIMD kernels (llama.cpp: int8 dot products,
+# repacked Q4_0 GEMMs, VNNI, AMX), which an fp32 matmul probe cannot bound.
+INTEGER_KERNEL = frozenset({"int8", "int4", "int4-g32", "q8_0", "q6_k", "q5_k", "q4_k", "q4_0"})
+
 ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
            "float8": "fp8", "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8", "q4_k_m": "q4_k",
            "q5_k_m": "q5_k", "nvfp4": "fp4", "w4a16": "int4", "w8a16": "int8"}

@@ -15,9 +15,12 @@ VOCAB = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
 def write_llama_gguf(
     path: Path, n_layers: int = 2, hidden: int = 128, ffn: int = 256, heads: int = 4,
     kv_heads: int | None = None, seed: int = 0, context: int = 4096, nextn: int = 0,
-    extra_fields: Mapping[str, int] | None = None,
+    extra_fields: Mapping[str, int] | None = None, quant: str | None = None,
 ) -> Path:
     """Write a random-weight llama GGUF (f16 matrices, f32 norms) and return its path.
+
+    ``quant`` ("q8_0" or "q4_0") stores the matrices with gguf's own quantizers instead, as
+    llama.cpp's quantize tool would: those run llama.cpp's tuned integer kernels on a CPU.
 
     ``nextn`` appends that many MTP blocks after the decoder (llama.cpp's layout: counted in
     ``block_count``, named by ``nextn_predict_layers``); ``extra_fields`` adds ``llama.KEY``
@@ -43,7 +46,12 @@ def write_llama_gguf(
     writer.add_head_count_kv(kv_heads)
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    qtypes = {"q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+              "q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0)}
+    if quant is not None and quant not in qtypes:
+        raise ValueError(f"quant={quant!r}: valid: {', '.join(qtypes)}")
+    qtype, file_type = qtypes[quant] if quant else (None, gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_file_type(file_type)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(VOCAB)
     writer.add_token_scores([0.0] * len(VOCAB))
@@ -54,27 +62,31 @@ def write_llama_gguf(
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(True)
 
-    def mat(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.05).astype(np.float16)
+    def mat(name: str, rows: int, cols: int) -> None:
+        weights = rng.standard_normal((rows, cols), dtype=np.float32) * 0.05
+        if qtype is None:
+            writer.add_tensor(name, weights.astype(np.float16))
+        else:
+            writer.add_tensor(name, gguf.quants.quantize(weights, qtype), raw_dtype=qtype)
 
     def norm() -> np.ndarray:
         return np.ones(hidden, dtype=np.float32)
 
     vocab = len(VOCAB)
-    writer.add_tensor("token_embd.weight", mat(vocab, hidden))
+    mat("token_embd.weight", vocab, hidden)
     writer.add_tensor("output_norm.weight", norm())
-    writer.add_tensor("output.weight", mat(vocab, hidden))
+    mat("output.weight", vocab, hidden)
     for i in range(n_layers + nextn):
         p = f"blk.{i}."
         writer.add_tensor(p + "attn_norm.weight", norm())
-        writer.add_tensor(p + "attn_q.weight", mat(hidden, hidden))
-        writer.add_tensor(p + "attn_k.weight", mat(kv_heads * head_dim, hidden))
-        writer.add_tensor(p + "attn_v.weight", mat(kv_heads * head_dim, hidden))
-        writer.add_tensor(p + "attn_output.weight", mat(hidden, hidden))
+        mat(p + "attn_q.weight", hidden, hidden)
+        mat(p + "attn_k.weight", kv_heads * head_dim, hidden)
+        mat(p + "attn_v.weight", kv_heads * head_dim, hidden)
+        mat(p + "attn_output.weight", hidden, hidden)
         writer.add_tensor(p + "ffn_norm.weight", norm())
-        writer.add_tensor(p + "ffn_gate.weight", mat(ffn, hidden))
-        writer.add_tensor(p + "ffn_up.weight", mat(ffn, hidden))
-        writer.add_tensor(p + "ffn_down.weight", mat(hidden, ffn))
+        mat(p + "ffn_gate.weight", ffn, hidden)
+        mat(p + "ffn_up.weight", ffn, hidden)
+        mat(p + "ffn_down.weight", hidden, ffn)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

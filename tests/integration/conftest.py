@@ -22,6 +22,9 @@ def gguf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         # larger than this machine's last-level cache (105 MiB), for the bandwidth check
         "large": write_llama_gguf(d / "large.gguf", n_layers=8, hidden=1024, ffn=2816, heads=8,
                                   seed=2),
+        # the same in Q4_0: llama.cpp's integer kernels, faster than any fp32 matmul probe
+        "large_q4": write_llama_gguf(d / "large-q4.gguf", n_layers=8, hidden=1024, ffn=2816,
+                                     heads=8, seed=2, quant="q4_0"),
     }
 
 

@@ -65,6 +65,26 @@ def test_cpu_roofline_is_never_exceeded(launch_llama, gguf_models):
     assert m.server_decode_tok_s <= roof.tok_s(1.0)
 
 
+def test_cpu_roofline_holds_for_quantized_weights_verifying_several_tokens(launch_llama,
+                                                                            gguf_models):
+    """Q4_0 weights, a drafter and 3-token synthetic acceptance, as the gate would price them:
+    llama.cpp's integer kernels beat the fp32 matmul probe (this decoded at 1.1-1.35x a
+    roofline the probe capped), so the CPU roofline claims no compute ceiling for them."""
+    from pytest_specbound.physics.hardware import matched_to_server
+
+    server = launch_llama("large_q4", "--spec-synth-len", "3.0", draft=True)
+    m, _, _ = run(server, samples=4, max_tokens=128)
+    model, draft = load_model(str(gguf_models["large_q4"])), load_model(str(gguf_models["draft"]))
+    assert model.dtype == "q4_0"
+    hw = matched_to_server(parse_hardware("cpu"), 1, model.weight_bytes + draft.weight_bytes)
+    roof = compute_roofline(hw, model, parse_speculation("draft:3"), draft, context=0,
+                            overhead_ms=0.0)
+    assert roof.components_ms["compute"] == 0.0 and roof.bound == "memory"
+    assert m.accept_source == "server" and 2.5 < m.accept_length < 3.5
+    for r in m.records:  # every request under the ceiling at its own accept length
+        assert r.decode_tok_s <= roof.tok_s(min(r.accept_length, roof.max_accept)), r
+
+
 def test_measure_cli_json_against_synth_2_5(launch_llama):
     server = launch_llama("target", "--spec-synth-len", "2.5", draft=True)
     backend = LlamaCpp()

@@ -168,3 +168,14 @@ def test_cpu_profile_uses_override(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECBOUND_CPU_BANDWIDTH_GBS", "12.5")
     hw = parse_hardware("cpu")
     assert hw.bandwidth_gbs == 12.5 and hw.extra["cores"] >= 1
+
+
+def test_no_cpu_compute_ceiling_for_integer_kernel_weights(monkeypatch):
+    """The CPU's compute ceiling is an fp32 matmul probe: it bounds float weights, not the
+    integer kernels llama.cpp runs quantized weights with (those are memory-bound only)."""
+    monkeypatch.setenv("SPECBOUND_CPU_BANDWIDTH_GBS", "20")
+    cpu = parse_hardware("cpu")
+    assert cpu.tflops("fp16") == cpu.bf16_tflops > 0
+    for dtype in ("q4_0", "q8_0", "q4_k", "int8"):
+        assert cpu.tflops(dtype) == 0.0
+    assert parse_hardware("h100").tflops("int8") == parse_hardware("h100").bf16_tflops
