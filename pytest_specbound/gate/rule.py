@@ -52,6 +52,11 @@ def decisions(cls: ClassBudget, m: Measurement, roof: Roofline, confidence: floa
         if t.value <= 0:  # a floor of 0 holds and a ceiling of 0 fails, whatever is measured
             out[t.key] = Decision("ok" if t.floor else "bad", len(m.ok))
             continue
+        if t.metric == "accept_length" and (t.value <= 1.0 if t.floor
+                                            else t.value >= roof.max_accept):
+            # one token per forward at least, drafts + 1 at most: nothing to test
+            out[t.key] = Decision("ok", len(m.ok))
+            continue
         if t.metric == "accept_length" and not any(r.verify_steps for r in m.ok):
             out[t.key] = _fixed(t, m.accept_length, len(m.ok))
             continue

@@ -236,3 +236,18 @@ def test_chi2_quantile_matches_tables():
     for df, p, value in ((1, 0.25, 0.1015), (2, 0.25, 0.5754), (5, 0.25, 2.6746),
                          (10, 0.25, 6.7372), (30, 0.25, 24.4776), (10, 0.05, 3.9403)):
         assert chi2_quantile(p, df) == pytest.approx(value, rel=0.01)
+
+
+def test_accept_thresholds_at_the_physical_limits_hold_without_testing(roof):
+    """accept >= 1 and accept <= drafts + 1 hold whatever is measured: decided at once, so a
+    band written as [1, max] never ends undecided (a 4-sample class did, on llama-server)."""
+    rng = random.Random(13)
+    noisy = [synthetic_record(rng, 100.0, 2.2, 64, 0.3, accept_sd=0.4) for _ in range(4)]
+    m = Measurement("sim", tuple(noisy))
+    wide = ClassBudget("c", "chat", 64, accept=(1.0, float(roof.max_accept)))
+    d = decisions(wide, m, roof, 0.95, 0.05)
+    assert d["accept_low"].side == d["accept_high"].side == "ok"
+    assert d["accept_high"].estimate is None  # decided without a test
+    inner = ClassBudget("c", "chat", 64, accept=(1.0, roof.max_accept - 0.5))
+    tested = decisions(inner, m, roof, 0.95, 0.05)["accept_high"]
+    assert tested.estimate is not None and tested.n == 4  # a real test still runs
