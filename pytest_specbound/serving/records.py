@@ -64,19 +64,19 @@ class RequestRecord:
 
     @property
     def decode_window(self) -> tuple[float, float] | None:
-        """First token to last token, on the level's clock (where the send time is known).
-
-        A request timed on the server's clock (its tokens reached the client in a burst) lasts
-        the server's decode time and ends at the last token's arrival, the latest its decoding
-        can have ended; the client's own first-to-last interval would be near zero."""
+        """The decode, on the level's clock (where the send time is known): it ends at the
+        last token's arrival and lasts the record's decode time, so the overlaps and the
+        aggregate use the same time as the per-user rate. That is first token to last token
+        where the client timed each read; longer where the first read came late (the decode
+        time is extrapolated from the reads after it) or where the server's clock timed a
+        burst the client saw at once."""
         if self.sent_s is None or not self.ok:
             return None
-        start = self.sent_s + self.ttft_s
         last = self.chunk_times_s[-1] if self.chunk_times_s else self.ttft_s + self.decode_s
         end = self.sent_s + max(last, self.ttft_s)
-        if self.clock == "server" and self.decode_s > 0:
+        if self.decode_s > 0:
             return max(self.sent_s, end - self.decode_s), end
-        return start, end
+        return self.sent_s + self.ttft_s, end
 
     @property
     def span(self) -> tuple[float, float] | None:

@@ -63,6 +63,18 @@ def test_a_request_timed_on_the_servers_clock_keeps_its_decode_time_in_the_aggre
     assert m.aggregate_tok_s == pytest.approx(m.decode_tok_s, rel=1e-6)
 
 
+def test_a_late_first_read_keeps_the_extrapolated_decode_time_in_the_aggregate():
+    """The first token's read also brought decode tokens: decode_s is extrapolated past the
+    first-to-last interval, and the overlap window must last as long (the aggregate read 6%
+    above the per-user rate at one stream on real vLLM when it did not)."""
+    from dataclasses import replace
+
+    late = replace(rec(2.0, 0.05, 0.30, tokens=64), chunk_times_s=(0.05, 0.05, 0.32))
+    assert late.decode_window == pytest.approx((2.02, 2.32))  # 0.30 s ending at the last token
+    m = Measurement("vllm", (rec(1.0, 0.05, 0.25, tokens=64), late))
+    assert m.aggregate_tok_s == pytest.approx(m.decode_tok_s, rel=1e-6)
+
+
 def test_records_without_a_send_time_have_no_overlap():
     assert overlaps([RequestRecord(completion_tokens=5, decode_s=1.0)]) == [None]
 
