@@ -94,7 +94,6 @@ class SequentialRule:
     last_bounds: dict[str, tuple[float, float]] | None = None
     last_decisions: dict[str, Decision] = field(default_factory=dict)
     last_level: float = 0.0
-    transient: int = 0
 
     def __post_init__(self) -> None:  # a class budget under the minimum lowers it
         self.min_samples = max(2, min(self.min_samples, self.max_samples))
@@ -114,7 +113,6 @@ class SequentialRule:
     def settle(self, m: Measurement) -> Measurement:
         """Exclude the warm-up transient and run every test on what remains."""
         m = with_transient(m)
-        self.transient = m.transient
         self.last_level = self.level
         self.last_decisions = decisions(self.budget, m, self.roof, self.confidence,
                                         self.resolution, min(MIN_DECISION, self.min_samples))

@@ -67,7 +67,13 @@ class Measurement:
         """The records the figures use: all counted ones after the warm-up transient."""
         return self.records[self.transient:]
 
-    def _timed_overlaps(self) -> list[tuple[RequestRecord, Overlap]]:
+    @property
+    def timed(self) -> list[RequestRecord]:
+        """The counted requests that succeeded and were timed, after the warm-up transient."""
+        return [r for r in self.counted if r.ok and r.decode_s > 0]
+
+    def timed_overlaps(self) -> list[tuple[RequestRecord, Overlap]]:
+        """:attr:`timed` requests with their overlaps (those with a decode window)."""
         pairs = list(zip(self.records, self.overlaps, strict=True))[self.transient:]
         return [(r, o) for r, o in pairs if o is not None and r.ok and r.decode_s > 0]
 
@@ -80,7 +86,7 @@ class Measurement:
 
     def _decode_weighted(self, figure: str) -> float | None:
         """An overlap figure averaged over the counted requests, weighted by decode time."""
-        pairs = self._timed_overlaps()
+        pairs = self.timed_overlaps()
         total = sum(r.decode_s for r, _ in pairs)
         return sum(getattr(o, figure) * r.decode_s for r, o in pairs) / total if total > 0 \
             else None
@@ -99,7 +105,7 @@ class Measurement:
     def aggregate_tok_s(self) -> float | None:
         """Decode tokens of all counted requests over their summed shares of wall time: the
         server's output rate while the level ran (equals decode_tok_s at concurrency 1)."""
-        pairs = self._timed_overlaps()
+        pairs = self.timed_overlaps()
         share = sum(o.share_s for _, o in pairs)
         return sum(r.decode_tokens for r, _ in pairs) / share if share > 0 else None
 

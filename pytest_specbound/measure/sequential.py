@@ -34,7 +34,6 @@ from typing import Literal
 
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.stats import t_quantile
-from pytest_specbound.serving.records import RequestRecord
 
 Side = Literal["ok", "bad", "unsure"]
 MISS_RATE = 0.05  # beta: chance of passing a threshold the truth misses by a resolution or more
@@ -195,11 +194,6 @@ def transient(values: Sequence[float], sigmas: float = 3.0) -> int:
     return best_d if gap > sigmas * max(se, 1e-9) else 0
 
 
-def timed(m: Measurement) -> list[RequestRecord]:
-    """The counted, timed requests after the warm-up transient."""
-    return [r for r in m.counted if r.ok and r.decode_s > 0]
-
-
 def with_transient(m: Measurement) -> Measurement:
     """``m`` with its leading warm-up transient (see :func:`transient`) excluded from the
     figures (failed requests among them stay counted as failures). One request at a time only:
@@ -217,7 +211,7 @@ def per_request(m: Measurement, metric: str, roof_tok_s: Callable[[float], float
     """Each timed request's value of ``metric`` (accept_length, efficiency, decode_tok_s,
     ttft_ms); efficiency is the request's rate over the roofline at its accept length (the
     level's window accept, else 1, where requests have no accept of their own)."""
-    recs = timed(m)
+    recs = m.timed
     if metric == "decode_tok_s":
         return [r.decode_tokens / r.decode_s for r in recs]
     if metric == "ttft_ms":

@@ -101,8 +101,7 @@ def bounds(measured: Measurement | Sequence[RequestRecord], round_ms: float, lev
     decode rate's, scaled by it.
     """
     m = measured if isinstance(measured, Measurement) else Measurement("", tuple(measured))
-    records = m.records
-    ok = [r for r in m.counted if r.ok and r.decode_s > 0]
+    ok = m.timed
     tokens = [float(r.decode_tokens) for r in ok]
     seconds = [r.decode_s for r in ok]
     out: dict[str, tuple[float, float]] = {}
@@ -126,8 +125,7 @@ def bounds(measured: Measurement | Sequence[RequestRecord], round_ms: float, lev
         if max_accept is None or fixed <= max_accept:
             s = round_ms / 1e3 / fixed
             out["efficiency"] = (rate.low * s, rate.high * s)
-    pairs = [(r, o) for r, o in list(zip(records, m.overlaps, strict=True))[m.transient:]
-             if o is not None and r.ok and r.decode_s > 0]
+    pairs = m.timed_overlaps()
     aggregate = ratio_interval([float(r.decode_tokens) for r, _ in pairs],
                                [o.share_s for _, o in pairs], level)
     if aggregate:
