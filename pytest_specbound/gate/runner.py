@@ -25,7 +25,7 @@ from pytest_specbound.measure.telemetry import Telemetry, findings
 from pytest_specbound.physics.hardware import Hardware, matched_to_server
 from pytest_specbound.physics.models import Model, load_model
 from pytest_specbound.physics.roofline import Roofline, compute_roofline
-from pytest_specbound.serving.connect import ServerConfig
+from pytest_specbound.serving.connect import ServerConfig, placeholders
 from pytest_specbound.serving.records import ServerInfo
 from pytest_specbound.serving.server import Server, fill
 
@@ -37,12 +37,15 @@ def needs_demo(budget: Budget) -> bool:
     return any("{demo_" in t for t in texts)
 
 
-def resolve_model(ref: ModelRef, values: dict[str, str], base: Path, origin: str) -> Model:
+def model_spec(ref: ModelRef, values: dict[str, str], base: Path) -> str:
+    """The model reference with placeholders filled; a relative path found beside the budget."""
     spec = fill(ref.spec, values)
     path = base / spec
-    if not Path(spec).is_absolute() and path.exists():
-        spec = str(path)
-    return load_model(spec, ref.dtype, origin)
+    return str(path) if not Path(spec).is_absolute() and path.exists() else spec
+
+
+def resolve_model(ref: ModelRef, values: dict[str, str], base: Path, origin: str) -> Model:
+    return load_model(model_spec(ref, values, base), ref.dtype, origin)
 
 
 def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str],
@@ -52,12 +55,33 @@ def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str],
     model = resolve_model(budget.model, values, base, budget.origin("model"))
     draft = (resolve_model(budget.draft_model, values, base, budget.origin("draft_model"))
              if budget.draft_model else None)
-    if hw.name == "cpu":  # the bandwidth the server sees: its threads, its working set
+    if hw.name == "cpu":  # what the server sees: its threads, its working set, its kernels
         threads = budget.threads or threads_from_launch(budget.server.launch)
         reads = model.weight_bytes + (draft.weight_bytes if draft else 0.0)
-        hw = matched_to_server(hw, threads, reads)
+        n = min(threads or int(hw.extra.get("cores") or 1), int(hw.extra.get("cores") or 1))
+        tokens = budget.speculation.verify_tokens * (batch or budget.batch)
+        hw = matched_to_server(hw, threads, reads,
+                               server_kernels(budget, model, values, n, tokens))
     return compute_roofline(hw, model, budget.speculation, draft, budget.context,
                             batch or budget.batch, budget.overhead_ms, budget.origins)
+
+
+def server_kernels(budget: Budget, model: Model, values: dict[str, str], threads: int,
+                   tokens: int) -> tuple[float, str] | None:
+    """(TFLOP/s, source) of llama.cpp's own kernels on the served GGUF over one verify step's
+    ``tokens``, from the ``llama-bench`` beside the launch command's ``llama-server``; None for
+    other servers and models."""
+    from pytest_specbound.physics.kernel_probe import bench_beside, kernel_tokens_per_s
+
+    bench = bench_beside(fill(budget.server.launch or "", {**placeholders(), **values}))
+    gguf = Path(model_spec(budget.model, values, budget.path.parent))
+    if bench is None or gguf.suffix != ".gguf" or not gguf.is_file():
+        return None
+    measured = kernel_tokens_per_s(bench, gguf, threads, tokens)
+    if measured is None:
+        return None
+    rate, source = measured
+    return 2 * model.active_params * rate / 1e12, source
 
 
 THREAD_FLAGS = ("-t", "--threads")  # llama-server; other CPU servers: [roofline] threads

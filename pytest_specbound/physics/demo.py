@@ -8,7 +8,9 @@ from pytest_specbound.atomic import replacing
 from pytest_specbound.errors import ConfigError
 
 DEMO_DIR = Path(".specbound") / "demo"
-# The target is larger than a CPU's last-level cache, so decode is memory-bound as on a GPU.
+# The target (0.2 GB) is larger than most CPUs' last-level cache (not a 480 MiB Xeon's); on one
+# thread its 4-token verify costs about as much as its read, so the roofline's compute side (the
+# server's own kernels, physics/kernel_probe.py) and memory side both matter.
 TARGET = {"n_layers": 8, "hidden": 1024, "ffn": 2816, "heads": 8, "seed": 2}
 DRAFT = {"n_layers": 1, "hidden": 128, "ffn": 256, "heads": 2, "seed": 1}
 

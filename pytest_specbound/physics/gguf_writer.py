@@ -48,9 +48,12 @@ def write_llama_gguf(
     writer.add_layer_norm_rms_eps(1e-5)
     qtypes = {"q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
               "q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0)}
-    if quant is not None and quant not in qtypes:
-        raise ValueError(f"quant={quant!r}: valid: {', '.join(qtypes)}")
-    qtype, file_type = qtypes[quant] if quant else (None, gguf.LlamaFileType.MOSTLY_F16)
+    if quant is not None and quant not in (*qtypes, "f32"):
+        raise ValueError(f"quant={quant!r}: valid: {', '.join(qtypes)}, f32")
+    plain = np.float32 if quant == "f32" else np.float16
+    qtype, file_type = (qtypes[quant] if quant in qtypes else
+                        (None, gguf.LlamaFileType.ALL_F32 if quant == "f32"
+                         else gguf.LlamaFileType.MOSTLY_F16))
     writer.add_file_type(file_type)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(VOCAB)
@@ -65,7 +68,7 @@ def write_llama_gguf(
     def mat(name: str, rows: int, cols: int) -> None:
         weights = rng.standard_normal((rows, cols), dtype=np.float32) * 0.05
         if qtype is None:
-            writer.add_tensor(name, weights.astype(np.float16))
+            writer.add_tensor(name, weights.astype(plain))
         else:
             writer.add_tensor(name, gguf.quants.quantize(weights, qtype), raw_dtype=qtype)
 

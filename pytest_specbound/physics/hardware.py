@@ -35,6 +35,7 @@ class Hardware:
     source: str
     fp8_tflops: float = 0.0
     fp4_tflops: float = 0.0
+    kernel_tflops: float = 0.0  # this host's CPU: the serving software's own kernels, measured
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -42,10 +43,13 @@ class Hardware:
         return self.name if self.count == 1 else f"{self.name}x{self.count}"
 
     def tflops(self, dtype: str) -> float:
-        """Dense TFLOP/s for matmuls in ``dtype`` (fp8/fp4 where the GPU has them); 0 (no
-        compute ceiling) for quantized weights on this host's CPU: its probe is an fp32 matmul,
-        and llama.cpp's integer kernels run several times faster (a Q4_0 model decoded at
-        1.1-1.35x a roofline capped by it), so only the memory read bounds them."""
+        """Dense TFLOP/s for matmuls in ``dtype`` (fp8/fp4 where the GPU has them). On this host's
+        CPU: the served model's own kernels where they were measured (:mod:`kernel_probe`), else
+        the fp32 matmul probe, and 0 (no compute ceiling) for quantized weights, which llama.cpp's
+        integer kernels multiply several times faster than that probe (a Q4_0 model decoded at
+        1.1-1.35x a roofline capped by it)."""
+        if self.kernel_tflops:
+            return self.kernel_tflops
         if self.name == "cpu" and dtype in INTEGER_KERNEL:
             return 0.0
         if dtype.startswith("fp4") and self.fp4_tflops:
@@ -62,6 +66,7 @@ class Hardware:
             "bandwidth_gbs": self.bandwidth_gbs,
             "memory_gb": self.memory_gb,
             "bf16_tflops": self.bf16_tflops,
+            **({"kernel_tflops": self.kernel_tflops} if self.kernel_tflops else {}),
             "link": self.link,
             "link_gbs": self.link_gbs,
             "source": self.source,
@@ -170,10 +175,12 @@ def cpu_hardware() -> Hardware:
     )
 
 
-def matched_to_server(hw: Hardware, threads: int | None, working_set: float) -> Hardware:
+def matched_to_server(hw: Hardware, threads: int | None, working_set: float,
+                      kernel: tuple[float, str] | None = None) -> Hardware:
     """``hw`` as one server sees it. For this host's CPU: the read bandwidth of ``threads``
     threads (default: every core) over ``working_set`` bytes, the bytes one step reads, so a
-    model that fits in the last-level cache is measured as such. A GPU is returned unchanged."""
+    model that fits in the last-level cache is measured as such; and ``kernel`` (TFLOP/s,
+    source), the server's own kernels' rate, as the compute ceiling. A GPU is returned unchanged."""
     if hw.name != "cpu":
         return hw
     from pytest_specbound.physics.cpu_probe import read_bandwidth
@@ -181,7 +188,9 @@ def matched_to_server(hw: Hardware, threads: int | None, working_set: float) -> 
     cores = int(hw.extra.get("cores") or 1)
     n = min(threads or cores, cores)
     gbs, source = read_bandwidth(n, working_set)
-    return replace(hw, bandwidth_gbs=gbs, source=source,
+    if kernel:
+        source = f"{source}; compute: {kernel[1]}"
+    return replace(hw, bandwidth_gbs=gbs, source=source, kernel_tflops=kernel[0] if kernel else 0.0,
                    bf16_tflops=hw.bf16_tflops * n / cores,  # the matmul probe used every core
                    title=f"this host's CPU ({n} of {cores} cores, as the server runs)",
                    extra={**hw.extra, "threads": n, "working_set_bytes": int(working_set)})

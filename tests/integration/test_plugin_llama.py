@@ -110,4 +110,8 @@ def test_cpu_demo_budget_main_command(pytester):
     for name in ("coding", "repetitive"):  # the weights are read once per step for 4 sequences
         one, four = by_level[(name, 1)], by_level[(name, 4)]
         assert four["aggregate_tok_s"] > 1.1 * one["aggregate_tok_s"], (one, four)
+    for r in doc["results"]:  # the compute side is llama.cpp's own forward over the step
+        hardware = r["roofline"]["hardware"]
+        assert "llama-bench" in hardware["source"] and hardware["kernel_tflops"] > 0, hardware
+        assert 0.5 <= r["efficiency"] <= 1.0, r  # the shipped floor, and a ceiling
     result.assert_outcomes(passed=4)
