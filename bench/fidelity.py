@@ -1,55 +1,88 @@
-"""The roofline against the public measurements in shared/reference/roofline-anchors.md.
+"""The roofline against public measurements (pytest_specbound/data/anchors.toml).
 
-Prints each anchor's efficiency (measured / roofline at its accept length) and the spread per
-engine class. The rows are the same ones tests/unit/test_anchors.py asserts on.
+Prints every anchor's efficiency (measured / roofline at its accept length), then per source the
+no-speculation efficiency beside the speculative rows', the gap, and where a source varied the
+draft steps, the engine's measured cost per extra step beside the roofline's. The rows are the
+ones tests/unit/test_anchors.py asserts on (never above 1.00).
 """
 
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
+from collections import defaultdict
 
-from pytest_specbound._toml import load_toml
-from pytest_specbound.physics.hardware import parse_hardware
-from pytest_specbound.physics.models import load_model
-from pytest_specbound.physics.roofline import compute_roofline
-from pytest_specbound.physics.speculative import parse_speculation
+from pytest_specbound.physics.anchors import Anchor, anchors, by_source
 
-ANCHORS = Path(__file__).resolve().parents[1] / "tests" / "data" / "anchors.toml"
-ENGINES = (("gpt-fast", "gpt-fast"), ("sgl", "SGLang"), ("EAGLE #211", "SGLang"),
-           ("vLLM", "vLLM"), ("HF vanilla", "HF transformers"), ("llama.cpp", "llama.cpp"),
-           ("fastertransformer", "FasterTransformer"))
+GAP_TARGET = 0.15
 
 
-def engine(source: str) -> str:
-    for key, name in ENGINES:
-        if key.lower() in source.lower():
-            return name
-    return "other"
+def step_slopes(rows: list[Anchor]) -> list[tuple[str, float, float, int]]:
+    """(method, measured ms per extra draft step, roofline ms per extra step, rows) for each
+    method a source ran at several step counts with one tree shape (least squares on rounds)."""
+    by_method: dict[str, list[Anchor]] = defaultdict(list)
+    for a in rows:
+        spec = a.roofline.spec
+        if spec.draft_tokens == spec.steps:  # chains only: a tree changes the verify too
+            by_method[spec.method].append(a)
+    out = []
+    for method, group in by_method.items():
+        if len({a.roofline.spec.steps for a in group}) < 3:
+            continue
+        xs = [float(a.roofline.spec.steps) for a in group]
+        measured = [a.accept / float(a.row["tok_s"]) * 1e3 for a in group]
+        modelled = [a.roofline.round_ms for a in group]
+        out.append((method, _slope(xs, measured), _slope(xs, modelled), len(group)))
+    return out
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
 def main() -> None:
-    rows = []
-    for a in load_toml(ANCHORS)["anchor"]:
-        draft = load_model(a["draft_model"], a.get("draft_dtype")) if "draft_model" in a else None
-        roof = compute_roofline(parse_hardware(a["hw"]), load_model(a["model"], a.get("dtype")),
-                                parse_speculation(a.get("spec", "none")), draft)
-        expected = roof.tok_s(a.get("accept", 1.0))
-        rows.append((engine(a["source"]), a["hw"], a["model"], a.get("dtype", "-"),
-                     a["tok_s"], expected, a["tok_s"] / expected))
-    print(f"{'engine':<18} {'hardware':<12} {'model':<15} {'dtype':<9} {'measured':>9} "
-          f"{'roofline':>9} {'eff':>6}")
-    for r in sorted(rows):
-        print(f"{r[0]:<18} {r[1]:<12} {r[2]:<15} {r[3]:<9} {r[4]:>9.1f} {r[5]:>9.1f} {r[6]:>6.2f}")
+    rows = anchors()
+    print(f"{'group':<18} {'hardware':<11} {'model':<14} {'spec':<12} {'accept':>6} "
+          f"{'measured':>9} {'roofline':>9} {'eff':>5}")
+    for a in rows:
+        print(f"{a.group:<18} {a.row['hw']:<11} {a.row['model']:<14} "
+              f"{a.roofline.spec.label:<12} {a.accept:>6.2f} {float(a.row['tok_s']):>9.1f} "
+              f"{a.expected_tok_s:>9.1f} {a.efficiency:>5.2f}")
     print()
-    print(f"{'engine class':<18} {'rows':>4} {'min':>6} {'median':>7} {'max':>6}")
-    for name in sorted({r[0] for r in rows}):
-        effs = [r[6] for r in rows if r[0] == name]
-        print(f"{name:<18} {len(effs):>4} {min(effs):>6.2f} {statistics.median(effs):>7.2f} "
-              f"{max(effs):>6.2f}")
-    effs = [r[6] for r in rows]
-    print(f"headline: median efficiency {statistics.median(effs):.2f} over {len(effs)} rows; "
-          f"max {max(effs):.2f} (never above 1.00: the roofline is a ceiling)")
+    print("per source: no-speculation efficiency beside the speculative rows'")
+    print(f"{'source':<18} {'no spec':>7} {'spec rows':>9} {'spec min':>8} {'spec max':>8} "
+          f"{'gap median':>10} {'gap worst':>9} {'within 0.15':>11}")
+    within = total = 0
+    for s in by_source(rows):
+        effs = [a.efficiency for a in s.speculative]
+        ok = sum(abs(g) <= GAP_TARGET for g in s.gaps)
+        within, total = within + ok, total + len(s.gaps)
+        print(f"{s.group:<18} {s.baseline.efficiency:>7.2f} {len(effs):>9} {min(effs):>8.2f} "
+              f"{max(effs):>8.2f} {s.median_gap:>+10.2f} {max(s.gaps, key=abs):>+9.2f} "
+              f"{ok:>5}/{len(s.gaps):<5}")
+    print()
+    print("engine cost per extra draft step (chains run at 3+ step counts): measured vs roofline")
+    for s in by_source(rows):
+        for method, measured, modelled, n in step_slopes(s.speculative):
+            print(f"{s.group:<18} {method:<7} {n:>2} rows: measured {measured:6.3f} ms/step, "
+                  f"roofline {modelled:6.3f} ms/step")
+    print()
+    print("with that engine cost as [roofline] draft_step_ms (fitted on these same rows: it shows")
+    print("what the knob does for one min_efficiency across step counts, it predicts nothing):")
+    for s in by_source(rows):
+        for method, measured, modelled, _ in step_slopes(s.speculative):
+            extra = max(0.0, measured - modelled)
+            effs = [float(a.row["tok_s"]) / a.roofline.what_if(draft_step_ms=extra).tok_s(a.accept)
+                    for a in s.speculative if a.roofline.spec.method == method]
+            print(f"{s.group:<18} {method:<7} draft_step_ms {extra:5.3f}: efficiency "
+                  f"{min(effs):.2f}-{max(effs):.2f} against {s.baseline.efficiency:.2f} without "
+                  "speculation")
+    top = max(a.efficiency for a in rows)
+    print()
+    print(f"headline: {len(rows)} rows, {sum(a.speculative for a in rows)} speculative from "
+          f"{len(by_source(rows))} sources; max efficiency {top:.2f} (never above 1.00: the "
+          f"roofline is a ceiling); speculative rows within {GAP_TARGET} of their source's "
+          f"no-speculation row: {within}/{total}")
 
 
 if __name__ == "__main__":

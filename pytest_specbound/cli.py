@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -53,7 +54,8 @@ def hardware_from_args(spec: str, catalog_file: str | None, origin: str = "--hw"
 
 
 ROOFLINE_FLAGS = {"spec": "--spec", "draft_model": "--draft-model", "batch": "--batch",
-                  "context": "--context", "overhead_ms": "--overhead-ms"}
+                  "context": "--context", "overhead_ms": "--overhead-ms",
+                  "draft_step_ms": "--draft-step-ms"}
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
@@ -81,8 +83,13 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
         reads = model.weight_bytes + (draft.weight_bytes if draft else 0.0)
         hw = matched_to_server(hw, args.threads, reads)
-    roof = compute_roofline(hw, model, spec, draft, args.context, args.batch, args.overhead_ms,
-                            ROOFLINE_FLAGS)
+    from pytest_specbound.physics.overheads import overhead_for
+
+    overhead, source = ((args.overhead_ms, "--overhead-ms") if args.overhead_ms is not None
+                        else overhead_for(args.backend))
+    roof = compute_roofline(hw, model, spec, draft, args.context, args.batch, overhead,
+                            ROOFLINE_FLAGS, args.draft_step_ms)
+    roof = dataclasses.replace(roof, overhead_source=source)
     if args.accept is not None and args.accept > roof.max_accept:
         raise SpecboundError(
             f"--accept={args.accept:g}: above the most one round can emit with "
@@ -158,7 +165,13 @@ def _add_roofline(sub: Any) -> None:
     p.add_argument("--accept", type=_positive_float, help="mean accept length (bonus included)")
     p.add_argument("--context", type=_nonneg_int, default=500, help="context tokens (500)")
     p.add_argument("--batch", type=_nonneg_int, default=1, help="concurrent sequences (1)")
-    p.add_argument("--overhead-ms", type=float, default=0.5, help="scheduler + sampling (0.5)")
+    p.add_argument("--overhead-ms", type=float, default=None,
+                   help="scheduler + sampling per round (default: --backend's figure)")
+    p.add_argument("--backend", default=None,
+                   help="serving engine whose per-round constant to use (sglang 0.5 ms, vllm "
+                        "0.2 ms; others 0.5 ms assumed)")
+    p.add_argument("--draft-step-ms", type=float, default=0.0,
+                   help="the engine's own cost per draft forward, beyond the physics (0)")
     p.add_argument("--threads", type=_positive_int,
                    help="--hw cpu: the server's compute threads (default: every core)")
     p.add_argument("--format", choices=FORMATS, default="table")

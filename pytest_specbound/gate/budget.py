@@ -22,7 +22,7 @@ MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
 SPEC_KEYS = {"method", "steps", "draft_tokens", "draft_model", "draft_dtype"}
 SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", "api_key_env",
                "host", "port", "env", "cwd", "model_id", "check_model", "check_settings", "ca_bundle"}
-ROOFLINE_KEYS = {"context", "overhead_ms", "batch", "threads"}
+ROOFLINE_KEYS = {"context", "overhead_ms", "draft_step_ms", "batch", "threads"}
 CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
               "samples", "warmup", "concurrency", "require_no_throttle", "resolution"}
 LEVEL_KEYS = {"accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "samples", "warmup",
@@ -76,7 +76,8 @@ class Budget:
     classes: dict[str, ClassBudget]
     hardware: dict[str, dict[str, Any]] = field(default_factory=dict)
     context: int = 500
-    overhead_ms: float = 0.5
+    overhead_ms: float | None = None  # None: the backend's figure (physics/overheads.py)
+    draft_step_ms: float = 0.0  # the engine's own cost per draft forward, measured by the team
     batch: int = 1
     threads: int | None = None  # CPU: threads the server computes with (default: from its launch)
     sha256: str = ""
@@ -276,7 +277,8 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
         classes=classes,
         hardware=hardware,
         context=int(_default(w.number("roofline", roof_t, "context", integer=True, low=0), 500)),
-        overhead_ms=_default(w.number("roofline", roof_t, "overhead_ms", low=0), 0.5),
+        overhead_ms=w.number("roofline", roof_t, "overhead_ms", low=0),
+        draft_step_ms=_default(w.number("roofline", roof_t, "draft_step_ms", low=0), 0.0),
         batch=batch,
         threads=_optional_int(w.number("roofline", roof_t, "threads", integer=True, low=1)),
         sha256=sha256,

@@ -24,6 +24,7 @@ from pytest_specbound.measure.sampler import Sampler, measure
 from pytest_specbound.measure.telemetry import Telemetry, findings
 from pytest_specbound.physics.hardware import Hardware, matched_to_server
 from pytest_specbound.physics.models import Model, load_model
+from pytest_specbound.physics.overheads import overhead_for
 from pytest_specbound.physics.roofline import Roofline, compute_roofline
 from pytest_specbound.serving.connect import ServerConfig, placeholders
 from pytest_specbound.serving.records import ServerInfo
@@ -62,8 +63,12 @@ def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str],
         tokens = budget.speculation.verify_tokens * (batch or budget.batch)
         hw = matched_to_server(hw, threads, reads,
                                server_kernels(budget, model, values, n, tokens))
-    return compute_roofline(hw, model, budget.speculation, draft, budget.context,
-                            batch or budget.batch, budget.overhead_ms, budget.origins)
+    overhead, overhead_source = (
+        (budget.overhead_ms, budget.origin("overhead_ms")) if budget.overhead_ms is not None
+        else overhead_for(budget.server.backend))
+    roof = compute_roofline(hw, model, budget.speculation, draft, budget.context,
+                            batch or budget.batch, overhead, budget.origins, budget.draft_step_ms)
+    return replace(roof, overhead_source=overhead_source)
 
 
 def server_kernels(budget: Budget, model: Model, values: dict[str, str], threads: int,

@@ -63,6 +63,15 @@ class Model:
             expert_bytes=self.expert_bytes * ratio,
         )
 
+    def with_expert_dtype(self, dtype: str, current: str | None = None) -> Model:
+        """The routed experts stored in ``dtype`` (from ``current``, default the model's dtype),
+        the rest unchanged: NVFP4 experts beside bf16 attention, as TensorRT-LLM serves
+        DeepSeek-R1."""
+        ratio = dtypes.bytes_per_param(dtype) / dtypes.bytes_per_param(current or self.dtype)
+        routed = self.routed_bytes
+        return replace(self, expert_bytes=self.expert_bytes * ratio,
+                       weight_bytes=self.weight_bytes - routed + routed * ratio)
+
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary."""
         return {

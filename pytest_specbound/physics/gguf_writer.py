@@ -51,9 +51,8 @@ def write_llama_gguf(
     if quant is not None and quant not in (*qtypes, "f32"):
         raise ValueError(f"quant={quant!r}: valid: {', '.join(qtypes)}, f32")
     plain = np.float32 if quant == "f32" else np.float16
-    qtype, file_type = (qtypes[quant] if quant in qtypes else
-                        (None, gguf.LlamaFileType.ALL_F32 if quant == "f32"
-                         else gguf.LlamaFileType.MOSTLY_F16))
+    plain_type = gguf.LlamaFileType.ALL_F32 if quant == "f32" else gguf.LlamaFileType.MOSTLY_F16
+    qtype, file_type = qtypes.get(quant or "", (None, plain_type))
     writer.add_file_type(file_type)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(VOCAB)

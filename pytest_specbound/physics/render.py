@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pytest_specbound.physics.roofline import Roofline
+from pytest_specbound.physics.roofline import Roofline, draft_forwards
 
 LABELS = {
     "weights": "target weight read",
@@ -43,7 +43,13 @@ def _detail(roof: Roofline, key: str) -> str:
     if key == "allreduce" and hw.count > 1:
         return f"TP={hw.count} over {hw.link}, {2 * m.n_layers} per forward"
     if key == "draft":
-        return roof.spec.label
+        n = draft_forwards(roof.spec)
+        forwards = f", {n} forward{'s' * (n != 1)} + acceptance" if n else ""
+        engine = (f", {roof.draft_step_ms:g} ms engine cost per forward"
+                  if roof.draft_step_ms and n else "")
+        return f"{roof.spec.label}{forwards}{engine}" if roof.spec.method != "none" else ""
+    if key == "overhead" and roof.overhead_source:
+        return roof.overhead_source.split(":")[0]  # the citation; the JSON has the whole text
     return ""
 
 

@@ -8,7 +8,7 @@ verified, so ``tok/s = accept_length / round_time``. The batch ``B`` enters as t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_specbound.errors import ConfigError
@@ -18,12 +18,22 @@ from pytest_specbound.physics.geometry import Model
 from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.physics.speculative import Speculation
 
-ORIGIN_KEYS = ("spec", "draft_model", "batch", "context", "overhead_ms")
+ORIGIN_KEYS = ("spec", "draft_model", "batch", "context", "overhead_ms", "draft_step_ms")
 COMPONENTS = ("weights", "kv_cache", "linear_state", "compute", "allreduce", "draft", "overhead")
 DEFAULT_CONTEXT = 500  # the seed profile's sequence length
 DEFAULT_OVERHEAD_MS = 0.5  # scheduler and sampling per round (seed profile)
 EAGLE3_DRAFT_VOCAB = 32000  # EAGLE-3 drafters predict over a reduced vocabulary
 DFLASH_LAYERS = 5  # a DFlash block drafter is a few target-shaped layers, one forward per round
+# Each draft step is a forward of its own; a kernel on a GPU takes at least a few microseconds
+# however little it reads (aiconfigurator's systems/*.yaml: mem_empirical_constant_latency 3 us
+# per memory op, NVIDIA's correction from observations). Kernels of a fused decoder layer: qkv,
+# rope + KV write, attention, o-proj, add + norm, gate-up, activation, down, add + norm; and per
+# forward: embedding, final norm, LM head, top-k / argmax. The target's kernels read hundreds of
+# MB each, so this floor binds only the drafters' small forwards.
+OP_FLOOR_MS = 0.003
+OPS_PER_LAYER = 9
+OPS_PER_FORWARD = 4
+LOGIT_BYTES = 4  # fp32 logits, read once by the acceptance step for every verified position
 
 
 def _ms(num_bytes: float, hw: Hardware) -> float:
@@ -47,6 +57,8 @@ class Roofline:
     context: int
     batch: int
     draft_model: Model | None = None
+    draft_step_ms: float = 0.0  # the engine's own cost per draft forward, given by the budget
+    overhead_source: str = ""  # where the scheduler constant came from
 
     @property
     def round_ms(self) -> float:
@@ -72,10 +84,10 @@ class Roofline:
         args: dict[str, Any] = {
             "hardware": self.hardware, "model": model, "spec": self.spec,
             "draft_model": self.draft_model, "context": self.context, "batch": self.batch,
-            "overhead_ms": self.components_ms["overhead"],
+            "overhead_ms": self.components_ms["overhead"], "draft_step_ms": self.draft_step_ms,
         }
         args.update(changes)
-        return compute_roofline(**args)
+        return replace(compute_roofline(**args), overhead_source=self.overhead_source)
 
     def to_dict(self, accept: float | None = None) -> dict[str, Any]:
         a = self.max_accept if accept is None else accept
@@ -93,6 +105,9 @@ class Roofline:
             "hardware": self.hardware.describe(),
             "model": self.model.describe(),
             "draft_model": self.draft_model.describe() if self.draft_model else None,
+            "draft_forwards": draft_forwards(self.spec),
+            "draft_step_ms": self.draft_step_ms,
+            "overhead_source": self.overhead_source,
         }
 
 
@@ -121,38 +136,61 @@ def _bf16(num_bytes: float, model: Model) -> float:
     return num_bytes * 2.0 / dtypes.bytes_per_param(model.dtype)
 
 
+def draft_forwards(spec: Speculation) -> int:
+    """Forwards the drafter runs per round: one per chained step (MTP, EAGLE, a draft model),
+    one block forward for DFlash, none for n-gram lookup."""
+    if spec.method in ("none", "ngram"):
+        return 0
+    return 1 if spec.method == "dflash" else spec.steps
+
+
+def _forward_ms(read_ms: float, layers: int, hw: Hardware) -> float:
+    """One small forward: its reads, or its kernels' launch floor on a GPU, whichever is longer."""
+    if hw.name == "cpu":
+        return read_ms
+    return max(read_ms, (OPS_PER_LAYER * layers + OPS_PER_FORWARD) * OP_FLOOR_MS)
+
+
 def _draft_ms(
     hw: Hardware, model: Model, spec: Speculation, draft: Model | None, context: int, batch: int,
     names: Mapping[str, str],
 ) -> float:
+    """The drafter's forwards per round, each at least its kernels' floor; plus the acceptance
+    step's read of the verified positions' logits."""
     m = spec.method
-    if m in ("none", "ngram"):
+    if m == "none":
         return 0.0
+    accept = _ms(spec.verify_tokens * batch * model.vocab * LOGIT_BYTES, hw)
+    if m == "ngram":
+        return accept
     if m == "mtp":
         if model.mtp_bytes <= 0:
             raise ConfigError(
                 f"{names['spec']}={spec.label}: model '{model.name}' has no MTP head; use eagle3, "
                 "draft, ngram or none"
             )
-        return spec.steps * (_ms(model.mtp_bytes, hw) + _allreduce_ms(hw, model, batch, 1))
+        step = _forward_ms(_ms(model.mtp_bytes, hw), 1, hw)
+        return accept + spec.steps * (step + _allreduce_ms(hw, model, batch, 1))
     if m in ("eagle", "eagle3"):
         fc = (3 if m == "eagle3" else 2) * model.hidden * model.hidden * 2
         vocab = EAGLE3_DRAFT_VOCAB if m == "eagle3" else model.vocab
         step = _bf16(model.layer_bytes, model) + fc + vocab * model.hidden * 2
-        return spec.steps * (_ms(step, hw) + _allreduce_ms(hw, model, batch, 1))
+        return accept + spec.steps * (_forward_ms(_ms(step, hw), 1, hw)
+                                      + _allreduce_ms(hw, model, batch, 1))
     if m == "draft":
         if draft is None:
             raise ConfigError(f"{names['spec']}={spec.label} needs {names['draft_model']} "
                               "(catalog name, config.json or .gguf)")
         one = compute_roofline(hw, draft, Speculation("none", 0, 0), None, context, batch, 0.0)
-        return spec.steps * one.round_ms
+        return accept + spec.steps * _forward_ms(one.round_ms, draft.n_layers, hw)
     # dflash: one block-drafter forward per round
     if draft is not None:
         tokens = spec.verify_tokens * batch
-        return compute_roofline(hw, draft, Speculation("none", 0, 0), None, context, tokens,
-                                0.0).round_ms
+        one = compute_roofline(hw, draft, Speculation("none", 0, 0), None, context, tokens, 0.0)
+        return accept + _forward_ms(one.round_ms, draft.n_layers, hw)
     step = DFLASH_LAYERS * _bf16(model.layer_bytes, model) + _bf16(model.lm_head_bytes, model)
-    return _ms(step, hw) + _allreduce_ms(hw, model, spec.verify_tokens * batch, DFLASH_LAYERS)
+    return (accept + _forward_ms(_ms(step, hw), DFLASH_LAYERS, hw)
+            + _allreduce_ms(hw, model, spec.verify_tokens * batch, DFLASH_LAYERS))
 
 
 def compute_roofline(
@@ -164,11 +202,14 @@ def compute_roofline(
     batch: int = 1,
     overhead_ms: float = DEFAULT_OVERHEAD_MS,
     names: Mapping[str, str] | None = None,
+    draft_step_ms: float = 0.0,
 ) -> Roofline:
     """Per-round breakdown for ``batch`` sequences each verifying ``spec.verify_tokens`` tokens.
 
     ``names`` says where each input came from, for errors (``spec``, ``draft_model``, ``batch``,
-    ``context``, ``overhead_ms``: a flag, or a budget's file:line: key); default: the key itself.
+    ``context``, ``overhead_ms``, ``draft_step_ms``: a flag, or a budget's file:line: key);
+    default: the key itself. ``draft_step_ms`` is the engine's own cost per draft forward beyond
+    the physics (measured by the team, not a floor): 0 keeps the roofline a ceiling.
     """
     names = {**{k: k for k in ORIGIN_KEYS}, **(names or {})}
     if batch < 1:
@@ -177,6 +218,8 @@ def compute_roofline(
         raise ConfigError(f"{names['context']}={context}: must be >= 0")
     if overhead_ms < 0:
         raise ConfigError(f"{names['overhead_ms']}={overhead_ms}: must be >= 0")
+    if draft_step_ms < 0:
+        raise ConfigError(f"{names['draft_step_ms']}={draft_step_ms}: must be >= 0")
     tokens = spec.verify_tokens * batch
     v = _verify(hardware, model, tokens, context, batch)
     memory = v["weights"] + v["kv_cache"] + v["linear_state"]
@@ -186,11 +229,12 @@ def compute_roofline(
         "linear_state": v["linear_state"],
         "compute": max(0.0, v["compute_total"] - memory),
         "allreduce": _allreduce_ms(hardware, model, tokens, model.n_layers),
-        "draft": _draft_ms(hardware, model, spec, draft_model, context, batch, names),
+        "draft": _draft_ms(hardware, model, spec, draft_model, context, batch, names)
+        + draft_forwards(spec) * draft_step_ms,
         "overhead": overhead_ms,
     }
     return Roofline(hardware, model, spec, components, _bound(v["compute_total"], memory, components),
-                    context, batch, draft_model)
+                    context, batch, draft_model, draft_step_ms)
 
 
 def _bound(compute_total: float, memory: float, components: Mapping[str, float]) -> str:

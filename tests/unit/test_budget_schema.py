@@ -54,6 +54,7 @@ CLASS = {"prompts": ('"coding"', lambda c: c.prompts == "coding"),
          "resolution": ("0.1", lambda c: c.resolution == 0.1)}
 ROOFLINE = {"context": ("0", lambda b: b.context == 0),
             "overhead_ms": ("0", lambda b: b.overhead_ms == 0),
+            "draft_step_ms": ("0.4", lambda b: b.draft_step_ms == 0.4),
             "batch": ("4", lambda b: b.batch == 4),
             "threads": ("2", lambda b: b.threads == 2)}
 

@@ -113,7 +113,7 @@ def test_the_roofline_takes_the_servers_kernels_at_each_levels_verify(tmp_path, 
     from pytest_specbound.physics.gguf_writer import write_llama_gguf
 
     bench = fake_bench(tmp_path / "bin", [400.0], busy_s=0.3)
-    gguf = write_llama_gguf(tmp_path / "m.gguf", n_layers=2, hidden=64, ffn=128, heads=2)
+    write_llama_gguf(tmp_path / "m.gguf", n_layers=2, hidden=64, ffn=128, heads=2)
     monkeypatch.setattr(cpu_probe, "read_bandwidth", lambda threads, size: (1000.0, "fake"))
     (tmp_path / "b.toml").write_text(textwrap.dedent(f"""\
         [model]

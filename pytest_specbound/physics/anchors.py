@@ -1,0 +1,103 @@
+"""Public measurements the roofline is checked against (``data/anchors.toml``).
+
+Each row is one published single-request decode rate with its hardware, model, dtype and, for a
+speculative row, the method and the accept length the source reported. Rows of one source share
+a ``group``; a group with speculative rows also has its no-speculation row, so the two
+efficiencies can be set side by side (``bench/fidelity.py``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from pytest_specbound._toml import loads_toml
+from pytest_specbound.physics.hardware import parse_hardware
+from pytest_specbound.physics.models import load_model
+from pytest_specbound.physics.roofline import Roofline, compute_roofline
+from pytest_specbound.physics.speculative import parse_speculation
+
+ANCHORS_PATH = "pytest_specbound/data/anchors.toml"
+DEFAULT_MIN_RATIO = 0.35  # a measurement this far under its roofline means the model is wrong
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """One published measurement and the roofline at its accept length."""
+
+    row: dict[str, Any]
+    roofline: Roofline
+
+    @property
+    def accept(self) -> float:
+        return float(self.row.get("accept", 1.0))
+
+    @property
+    def expected_tok_s(self) -> float:
+        return self.roofline.tok_s(self.accept)
+
+    @property
+    def efficiency(self) -> float:
+        return float(self.row["tok_s"]) / self.expected_tok_s
+
+    @property
+    def speculative(self) -> bool:
+        return self.roofline.spec.method != "none"
+
+    @property
+    def group(self) -> str:
+        return str(self.row["group"])
+
+
+def anchor_rows() -> list[dict[str, Any]]:
+    text = resources.files("pytest_specbound").joinpath("data/anchors.toml").read_text("utf-8")
+    rows: list[dict[str, Any]] = loads_toml(text, ANCHORS_PATH)["anchor"]
+    return rows
+
+
+def evaluate(row: dict[str, Any]) -> Anchor:
+    """The roofline of one anchor row, as a budget with the same fields would compute it."""
+    model = load_model(row["model"], row.get("dtype"))
+    if "expert_dtype" in row:
+        model = model.with_expert_dtype(row["expert_dtype"])
+    draft = load_model(row["draft_model"], row.get("draft_dtype")) if "draft_model" in row \
+        else None
+    roof = compute_roofline(parse_hardware(row["hw"]), model,
+                            parse_speculation(row.get("spec", "none")), draft)
+    return Anchor(row, roof)
+
+
+def anchors() -> list[Anchor]:
+    return [evaluate(row) for row in anchor_rows()]
+
+
+@dataclass(frozen=True)
+class SourceFidelity:
+    """One source's no-speculation efficiency beside its speculative rows'."""
+
+    group: str
+    baseline: Anchor
+    speculative: list[Anchor]
+
+    @property
+    def gaps(self) -> list[float]:
+        """Each speculative row's efficiency less the no-speculation row's."""
+        return [a.efficiency - self.baseline.efficiency for a in self.speculative]
+
+    @property
+    def median_gap(self) -> float:
+        return statistics.median(self.gaps)
+
+
+def by_source(rows: list[Anchor]) -> list[SourceFidelity]:
+    """Groups that hold both a no-speculation row and speculative rows, in file order."""
+    out = []
+    for group in dict.fromkeys(a.group for a in rows):
+        members = [a for a in rows if a.group == group]
+        base = [a for a in members if not a.speculative]
+        spec = [a for a in members if a.speculative]
+        if base and spec:
+            out.append(SourceFidelity(group, base[0], spec))
+    return out
