@@ -43,6 +43,9 @@ class RooflineFigures:
     hardware: JSONObject = field(default_factory=dict)
     model: JSONObject = field(default_factory=dict)
     draft_model: JSONObject | None = None
+    draft_forwards: int = 0
+    draft_step_ms: float = 0.0
+    overhead_source: str = ""
 
     @classmethod
     def of(cls, roof: Roofline) -> RooflineFigures:
@@ -63,6 +66,9 @@ class RooflineFigures:
             accept=_float(d, "accept"), expected_tok_s=_float(d, "expected_tok_s"),
             hardware=_object(d, "hardware"), model=_object(d, "model"),
             draft_model=draft if isinstance(draft, Mapping) else None,
+            draft_forwards=int(cast(int, d.get("draft_forwards") or 0)),
+            draft_step_ms=_float(d, "draft_step_ms") or 0.0,
+            overhead_source=str(d.get("overhead_source") or ""),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -71,7 +77,9 @@ class RooflineFigures:
                 "max_accept": self.max_accept, "expected_tok_s": self.expected_tok_s,
                 "bound": self.bound, "speculative": self.speculative, "context": self.context,
                 "batch": self.batch, "hardware": dict(self.hardware), "model": dict(self.model),
-                "draft_model": dict(self.draft_model) if self.draft_model is not None else None}
+                "draft_model": dict(self.draft_model) if self.draft_model is not None else None,
+                "draft_forwards": self.draft_forwards, "draft_step_ms": self.draft_step_ms,
+                "overhead_source": self.overhead_source}
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,11 @@ def test_the_scheduler_constant_is_the_backends_with_its_source(tmp_path, backen
     ms, source = BACKEND_OVERHEAD_MS[backend]
     assert roof.components_ms["overhead"] == ms and roof.overhead_source == source
     assert roof.to_dict()["overhead_source"] == source
+    from pytest_specbound.gate.result import RooflineFigures
+
+    figures = RooflineFigures.of(roof).to_json()  # what the results JSON carries
+    assert figures["overhead_source"] == source and figures["draft_forwards"] == 3
+    assert RooflineFigures.from_json(figures).to_json() == figures
 
 
 def test_an_engine_without_a_measurement_says_the_figure_is_assumed(tmp_path):
