@@ -37,7 +37,8 @@ def step_slopes(rows: list[Anchor]) -> list[tuple[str, float, float, int]]:
 
 def _slope(xs: list[float], ys: list[float]) -> float:
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    covariance = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    return covariance / sum((x - mx) ** 2 for x in xs)
 
 
 def main() -> None:
@@ -50,21 +51,21 @@ def main() -> None:
               f"{a.expected_tok_s:>9.1f} {a.efficiency:>5.2f}")
     print()
     print("per source: no-speculation efficiency beside the speculative rows'")
-    print(f"{'source':<18} {'no spec':>7} {'spec rows':>9} {'spec min':>8} {'spec max':>8} "
-          f"{'gap median':>10} {'gap worst':>9} {'within 0.15':>11}")
+    print(f"{'source, model, dtype':<36} {'no spec':>7} {'spec rows':>9} {'spec min':>8} "
+          f"{'spec max':>8} {'gap median':>10} {'gap worst':>9} {'within 0.15':>11}")
     within = total = 0
     for s in by_source(rows):
         effs = [a.efficiency for a in s.speculative]
         ok = sum(abs(g) <= GAP_TARGET for g in s.gaps)
         within, total = within + ok, total + len(s.gaps)
-        print(f"{s.group:<18} {s.baseline.efficiency:>7.2f} {len(effs):>9} {min(effs):>8.2f} "
+        print(f"{s.label:<36} {s.baseline.efficiency:>7.2f} {len(effs):>9} {min(effs):>8.2f} "
               f"{max(effs):>8.2f} {s.median_gap:>+10.2f} {max(s.gaps, key=abs):>+9.2f} "
               f"{ok:>5}/{len(s.gaps):<5}")
     print()
     print("engine cost per extra draft step (chains run at 3+ step counts): measured vs roofline")
     for s in by_source(rows):
         for method, measured, modelled, n in step_slopes(s.speculative):
-            print(f"{s.group:<18} {method:<7} {n:>2} rows: measured {measured:6.3f} ms/step, "
+            print(f"{s.label:<36} {method:<7} {n:>2} rows: measured {measured:6.3f} ms/step, "
                   f"roofline {modelled:6.3f} ms/step")
     print()
     print("with that engine cost as [roofline] draft_step_ms (fitted on these same rows: it shows")
@@ -74,13 +75,13 @@ def main() -> None:
             extra = max(0.0, measured - modelled)
             effs = [float(a.row["tok_s"]) / a.roofline.what_if(draft_step_ms=extra).tok_s(a.accept)
                     for a in s.speculative if a.roofline.spec.method == method]
-            print(f"{s.group:<18} {method:<7} draft_step_ms {extra:5.3f}: efficiency "
+            print(f"{s.label:<36} {method:<7} draft_step_ms {extra:5.3f}: efficiency "
                   f"{min(effs):.2f}-{max(effs):.2f} against {s.baseline.efficiency:.2f} without "
                   "speculation")
     top = max(a.efficiency for a in rows)
     print()
     print(f"headline: {len(rows)} rows, {sum(a.speculative for a in rows)} speculative from "
-          f"{len(by_source(rows))} sources; max efficiency {top:.2f} (never above 1.00: the "
+          f"{len({s.group for s in by_source(rows)})} sources; max efficiency {top:.2f} (never above 1.00: the "
           f"roofline is a ceiling); speculative rows within {GAP_TARGET} of their source's "
           f"no-speculation row: {within}/{total}")
 

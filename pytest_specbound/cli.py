@@ -53,7 +53,8 @@ def hardware_from_args(spec: str, catalog_file: str | None, origin: str = "--hw"
     return parse_hardware(spec, extra, origin)
 
 
-ROOFLINE_FLAGS = {"spec": "--spec", "draft_model": "--draft-model", "batch": "--batch",
+ROOFLINE_FLAGS = {"spec": "--spec", "draft_model": "--draft-model", "draft_dtype": "--draft-dtype",
+                  "batch": "--batch",
                   "context": "--context", "overhead_ms": "--overhead-ms",
                   "draft_step_ms": "--draft-step-ms"}
 
@@ -63,15 +64,15 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     from pytest_specbound.physics.dtypes import canonical_dtype
     from pytest_specbound.physics.models import load_model
     from pytest_specbound.physics.roofline import compute_roofline
-    from pytest_specbound.physics.speculative import parse_speculation
+    from pytest_specbound.physics.speculative import HEAD_METHODS, parse_speculation
 
     hw = hardware_from_args(args.hw, args.hw_catalog)
     dtype = canonical_dtype(args.dtype, "--dtype") if args.dtype else None
     model = load_model(args.model, dtype, "--model")
     spec = parse_speculation(args.spec, origin="--spec")
-    if args.draft_dtype and not args.draft_model:
-        raise SpecboundError(f"--draft-dtype={args.draft_dtype}: needs --draft-model to apply to "
-                             "(MTP and EAGLE heads count at the target's dtype)")
+    if args.draft_dtype and not args.draft_model and spec.method not in HEAD_METHODS:
+        raise SpecboundError(f"--draft-dtype={args.draft_dtype}: needs --draft-model or a "
+                             f"drafting head to apply to ({', '.join(HEAD_METHODS)})")
     draft_dtype = canonical_dtype(args.draft_dtype, "--draft-dtype") if args.draft_dtype else None
     draft = (load_model(args.draft_model, draft_dtype, "--draft-model") if args.draft_model
              else None)
@@ -88,7 +89,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     overhead, source = ((args.overhead_ms, "--overhead-ms") if args.overhead_ms is not None
                         else overhead_for(args.backend))
     roof = compute_roofline(hw, model, spec, draft, args.context, args.batch, overhead,
-                            ROOFLINE_FLAGS, args.draft_step_ms)
+                            ROOFLINE_FLAGS, args.draft_step_ms,
+                            None if draft else draft_dtype)
     roof = dataclasses.replace(roof, overhead_source=source)
     if args.accept is not None and args.accept > roof.max_accept:
         raise SpecboundError(
@@ -161,7 +163,8 @@ def _add_roofline(sub: Any) -> None:
     p.add_argument("--spec", default="none", help="METHOD[:STEPS[:DRAFT_TOKENS]], e.g. mtp:3")
     p.add_argument("--draft-model", help="draft model for --spec draft / dflash")
     p.add_argument("--draft-dtype", help="the draft model's weight dtype, e.g. q8_0 (default: its "
-                   "own: a catalog entry's, a GGUF's tensors)")
+                   "own: a catalog entry's, a GGUF's tensors); without --draft-model, the "
+                   "MTP / EAGLE / DFlash head's (default bf16; MTP: the target's)")
     p.add_argument("--accept", type=_positive_float, help="mean accept length (bonus included)")
     p.add_argument("--context", type=_nonneg_int, default=500, help="context tokens (500)")
     p.add_argument("--batch", type=_nonneg_int, default=1, help="concurrent sequences (1)")

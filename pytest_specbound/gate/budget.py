@@ -13,7 +13,12 @@ from pytest_specbound._toml import key_line, loads_toml
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.settings import MAX_CONCURRENCY
 from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
-from pytest_specbound.physics.speculative import METHODS, Speculation, parse_speculation
+from pytest_specbound.physics.speculative import (
+    HEAD_METHODS,
+    METHODS,
+    Speculation,
+    parse_speculation,
+)
 from pytest_specbound.serving.backends import BACKENDS
 from pytest_specbound.serving.connect import ServerConfig
 
@@ -78,6 +83,7 @@ class Budget:
     context: int = 500
     overhead_ms: float | None = None  # None: the backend's figure (physics/overheads.py)
     draft_step_ms: float = 0.0  # the engine's own cost per draft forward, measured by the team
+    head_dtype: str | None = None  # an MTP / EAGLE / DFlash head's dtype ([speculative] draft_dtype)
     batch: int = 1
     threads: int | None = None  # CPU: threads the server computes with (default: from its launch)
     sha256: str = ""
@@ -229,9 +235,16 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
     except ConfigError as exc:
         raise w.error("speculative", "draft_tokens", str(exc)) from None
     draft_spec = w.string("speculative", spec_t, "draft_model")
-    draft = ModelRef(draft_spec, w.string("speculative", spec_t, "draft_dtype")) if draft_spec else None
-    if draft is None and "draft_dtype" in spec_t:
-        raise w.error("speculative", "draft_dtype", "needs a draft_model to apply to")
+    draft_dtype = w.string("speculative", spec_t, "draft_dtype")
+    draft = ModelRef(draft_spec, draft_dtype) if draft_spec else None
+    head_dtype = None
+    if draft is None and draft_dtype is not None:  # a head's own dtype (an NVFP4 EAGLE head)
+        if method not in HEAD_METHODS:
+            raise w.error("speculative", "draft_dtype", "needs a draft_model or a drafting "
+                          f"head to apply to ({', '.join(HEAD_METHODS)})")
+        from pytest_specbound.physics.dtypes import canonical_dtype
+
+        head_dtype = canonical_dtype(draft_dtype, w.name("speculative", "draft_dtype"))
     if method == "draft" and draft is None:
         raise w.error("speculative", "draft_model", "method 'draft' needs a draft_model")
 
@@ -279,12 +292,14 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
         context=int(_default(w.number("roofline", roof_t, "context", integer=True, low=0), 500)),
         overhead_ms=w.number("roofline", roof_t, "overhead_ms", low=0),
         draft_step_ms=_default(w.number("roofline", roof_t, "draft_step_ms", low=0), 0.0),
+        head_dtype=head_dtype,
         batch=batch,
         threads=_optional_int(w.number("roofline", roof_t, "threads", integer=True, low=1)),
         sha256=sha256,
         origins={"server": w.name("server", ""), "model": w.name("model", given[0]),
                  "draft_model": w.name("speculative", "draft_model"),
                  "spec": w.name("speculative", "method"),
+                 "draft_dtype": w.name("speculative", "draft_dtype"),
                  **{k: w.name("roofline", k) for k in ROOFLINE_KEYS},
                  **{f"classes.{n}.prompts": w.name(f"classes.{n}", "prompts") for n in classes}},
     )

@@ -67,7 +67,8 @@ def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str],
         (budget.overhead_ms, budget.origin("overhead_ms")) if budget.overhead_ms is not None
         else overhead_for(budget.server.backend))
     roof = compute_roofline(hw, model, budget.speculation, draft, budget.context,
-                            batch or budget.batch, overhead, budget.origins, budget.draft_step_ms)
+                            batch or budget.batch, overhead, budget.origins, budget.draft_step_ms,
+                            budget.head_dtype)
     return replace(roof, overhead_source=overhead_source)
 
 

@@ -64,8 +64,9 @@ def evaluate(row: dict[str, Any]) -> Anchor:
         model = model.with_expert_dtype(row["expert_dtype"])
     draft = load_model(row["draft_model"], row.get("draft_dtype")) if "draft_model" in row \
         else None
+    head = None if draft else row.get("draft_dtype")  # an MTP / EAGLE / DFlash head's dtype
     roof = compute_roofline(parse_hardware(row["hw"]), model,
-                            parse_speculation(row.get("spec", "none")), draft)
+                            parse_speculation(row.get("spec", "none")), draft, head_dtype=head)
     return Anchor(row, roof)
 
 
@@ -75,11 +76,17 @@ def anchors() -> list[Anchor]:
 
 @dataclass(frozen=True)
 class SourceFidelity:
-    """One source's no-speculation efficiency beside its speculative rows'."""
+    """One source's no-speculation efficiency beside its speculative rows' on the same hardware,
+    model and dtype."""
 
     group: str
     baseline: Anchor
     speculative: list[Anchor]
+
+    @property
+    def label(self) -> str:
+        row = self.baseline.row
+        return f"{self.group} {row['model']} {row.get('dtype') or self.baseline.roofline.model.dtype}"
 
     @property
     def gaps(self) -> list[float]:
@@ -91,13 +98,18 @@ class SourceFidelity:
         return statistics.median(self.gaps)
 
 
+def _setup(a: Anchor) -> tuple[str, str, str]:
+    return a.row["hw"], a.row["model"], str(a.row.get("dtype") or "")
+
+
 def by_source(rows: list[Anchor]) -> list[SourceFidelity]:
-    """Groups that hold both a no-speculation row and speculative rows, in file order."""
+    """Per source and setup (hardware, model, dtype): the no-speculation row and the speculative
+    rows beside it, in file order. Speculative rows without such a row are left out."""
     out = []
     for group in dict.fromkeys(a.group for a in rows):
         members = [a for a in rows if a.group == group]
-        base = [a for a in members if not a.speculative]
-        spec = [a for a in members if a.speculative]
-        if base and spec:
-            out.append(SourceFidelity(group, base[0], spec))
+        for base in (a for a in members if not a.speculative):
+            spec = [a for a in members if a.speculative and _setup(a) == _setup(base)]
+            if spec:
+                out.append(SourceFidelity(group, base, spec))
     return out

@@ -18,7 +18,8 @@ from pytest_specbound.physics.geometry import Model
 from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.physics.speculative import Speculation
 
-ORIGIN_KEYS = ("spec", "draft_model", "batch", "context", "overhead_ms", "draft_step_ms")
+ORIGIN_KEYS = ("spec", "draft_model", "draft_dtype", "batch", "context", "overhead_ms",
+               "draft_step_ms")
 COMPONENTS = ("weights", "kv_cache", "linear_state", "compute", "allreduce", "draft", "overhead")
 DEFAULT_CONTEXT = 500  # the seed profile's sequence length
 DEFAULT_OVERHEAD_MS = 0.5  # scheduler and sampling per round (seed profile)
@@ -59,6 +60,7 @@ class Roofline:
     draft_model: Model | None = None
     draft_step_ms: float = 0.0  # the engine's own cost per draft forward, given by the budget
     overhead_source: str = ""  # where the scheduler constant came from
+    head_dtype: str | None = None  # an MTP / EAGLE / DFlash head stored apart from bf16
 
     @property
     def round_ms(self) -> float:
@@ -85,6 +87,7 @@ class Roofline:
             "hardware": self.hardware, "model": model, "spec": self.spec,
             "draft_model": self.draft_model, "context": self.context, "batch": self.batch,
             "overhead_ms": self.components_ms["overhead"], "draft_step_ms": self.draft_step_ms,
+            "head_dtype": self.head_dtype,
         }
         args.update(changes)
         return replace(compute_roofline(**args), overhead_source=self.overhead_source)
@@ -107,6 +110,7 @@ class Roofline:
             "draft_model": self.draft_model.describe() if self.draft_model else None,
             "draft_forwards": draft_forwards(self.spec),
             "draft_step_ms": self.draft_step_ms,
+            "head_dtype": self.head_dtype,
             "overhead_source": self.overhead_source,
         }
 
@@ -136,6 +140,12 @@ def _bf16(num_bytes: float, model: Model) -> float:
     return num_bytes * 2.0 / dtypes.bytes_per_param(model.dtype)
 
 
+def _head(bf16_bytes: float, head_dtype: str | None) -> float:
+    """A drafting head's bytes: bf16 unless the budget stores it in another dtype (an NVFP4
+    EAGLE head on TensorRT Edge-LLM reads a quarter of its bf16 bytes)."""
+    return bf16_bytes * dtypes.bytes_per_param(head_dtype) / 2.0 if head_dtype else bf16_bytes
+
+
 def draft_forwards(spec: Speculation) -> int:
     """Forwards the drafter runs per round: one per chained step (MTP, EAGLE, a draft model),
     one block forward for DFlash, none for n-gram lookup."""
@@ -153,7 +163,7 @@ def _forward_ms(read_ms: float, layers: int, hw: Hardware) -> float:
 
 def _draft_ms(
     hw: Hardware, model: Model, spec: Speculation, draft: Model | None, context: int, batch: int,
-    names: Mapping[str, str],
+    names: Mapping[str, str], head_dtype: str | None = None,
 ) -> float:
     """The drafter's forwards per round, each at least its kernels' floor; plus the acceptance
     step's read of the verified positions' logits."""
@@ -169,12 +179,13 @@ def _draft_ms(
                 f"{names['spec']}={spec.label}: model '{model.name}' has no MTP head; use eagle3, "
                 "draft, ngram or none"
             )
-        step = _forward_ms(_ms(model.mtp_bytes, hw), 1, hw)
+        step = _forward_ms(_ms(_head(_bf16(model.mtp_bytes, model), head_dtype)
+                               if head_dtype else model.mtp_bytes, hw), 1, hw)
         return accept + spec.steps * (step + _allreduce_ms(hw, model, batch, 1))
     if m in ("eagle", "eagle3"):
         fc = (3 if m == "eagle3" else 2) * model.hidden * model.hidden * 2
         vocab = EAGLE3_DRAFT_VOCAB if m == "eagle3" else model.vocab
-        step = _bf16(model.layer_bytes, model) + fc + vocab * model.hidden * 2
+        step = _head(_bf16(model.layer_bytes, model) + fc + vocab * model.hidden * 2, head_dtype)
         return accept + spec.steps * (_forward_ms(_ms(step, hw), 1, hw)
                                       + _allreduce_ms(hw, model, batch, 1))
     if m == "draft":
@@ -188,7 +199,8 @@ def _draft_ms(
         tokens = spec.verify_tokens * batch
         one = compute_roofline(hw, draft, Speculation("none", 0, 0), None, context, tokens, 0.0)
         return accept + _forward_ms(one.round_ms, draft.n_layers, hw)
-    step = DFLASH_LAYERS * _bf16(model.layer_bytes, model) + _bf16(model.lm_head_bytes, model)
+    step = _head(DFLASH_LAYERS * _bf16(model.layer_bytes, model)
+                 + _bf16(model.lm_head_bytes, model), head_dtype)
     return (accept + _forward_ms(_ms(step, hw), DFLASH_LAYERS, hw)
             + _allreduce_ms(hw, model, spec.verify_tokens * batch, DFLASH_LAYERS))
 
@@ -203,6 +215,7 @@ def compute_roofline(
     overhead_ms: float = DEFAULT_OVERHEAD_MS,
     names: Mapping[str, str] | None = None,
     draft_step_ms: float = 0.0,
+    head_dtype: str | None = None,
 ) -> Roofline:
     """Per-round breakdown for ``batch`` sequences each verifying ``spec.verify_tokens`` tokens.
 
@@ -210,6 +223,8 @@ def compute_roofline(
     ``context``, ``overhead_ms``, ``draft_step_ms``: a flag, or a budget's file:line: key);
     default: the key itself. ``draft_step_ms`` is the engine's own cost per draft forward beyond
     the physics (measured by the team, not a floor): 0 keeps the roofline a ceiling.
+    ``head_dtype`` stores an MTP, EAGLE or DFlash head in another dtype than bf16 (MTP: than the
+    target's); a draft model has its own dtype instead.
     """
     names = {**{k: k for k in ORIGIN_KEYS}, **(names or {})}
     if batch < 1:
@@ -220,6 +235,8 @@ def compute_roofline(
         raise ConfigError(f"{names['overhead_ms']}={overhead_ms}: must be >= 0")
     if draft_step_ms < 0:
         raise ConfigError(f"{names['draft_step_ms']}={draft_step_ms}: must be >= 0")
+    if head_dtype is not None:
+        head_dtype = dtypes.canonical_dtype(head_dtype, names["draft_dtype"])
     tokens = spec.verify_tokens * batch
     v = _verify(hardware, model, tokens, context, batch)
     memory = v["weights"] + v["kv_cache"] + v["linear_state"]
@@ -229,12 +246,14 @@ def compute_roofline(
         "linear_state": v["linear_state"],
         "compute": max(0.0, v["compute_total"] - memory),
         "allreduce": _allreduce_ms(hardware, model, tokens, model.n_layers),
-        "draft": _draft_ms(hardware, model, spec, draft_model, context, batch, names)
+        "draft": _draft_ms(hardware, model, spec, draft_model, context, batch, names,
+                           None if draft_model else head_dtype)
         + draft_forwards(spec) * draft_step_ms,
         "overhead": overhead_ms,
     }
     return Roofline(hardware, model, spec, components, _bound(v["compute_total"], memory, components),
-                    context, batch, draft_model, draft_step_ms)
+                    context, batch, draft_model, draft_step_ms,
+                    head_dtype=None if draft_model else head_dtype)
 
 
 def _bound(compute_total: float, memory: float, components: Mapping[str, float]) -> str:

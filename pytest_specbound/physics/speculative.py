@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pytest_specbound.errors import ConfigError
 
 METHODS = ("none", "mtp", "eagle", "eagle3", "draft", "ngram", "dflash")
+HEAD_METHODS = ("mtp", "eagle", "eagle3", "dflash")  # drafting heads: no draft model of their own
 DEFAULT_STEPS = {"none": 0, "mtp": 3, "eagle": 3, "eagle3": 3, "draft": 4, "ngram": 3, "dflash": 7}
 
 

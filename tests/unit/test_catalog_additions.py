@@ -16,7 +16,7 @@ GPUS = ["rtx5090", "rtx-pro-6000", "rtx6000-ada", "l40", "a40", "h20", "h20-141g
         "gb200", "gb300", "mi325x", "mi355x", "jetson-thor"]
 MODELS = ["gpt-oss-20b", "gpt-oss-120b", "qwen3-32b", "qwen3-235b-a22b", "qwen2.5-7b",
           "qwen2.5-72b", "llama-4-scout", "llama-4-maverick", "deepseek-v3", "mistral-small-24b",
-          "mistral-large-123b", "gemma-3-27b"]
+          "mistral-large-123b", "gemma-3-27b", "qwen3-1.7b", "qwen3-4b"]
 
 
 @pytest.mark.parametrize("name", GPUS)

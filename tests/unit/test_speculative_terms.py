@@ -129,3 +129,41 @@ def test_the_budget_wins_and_is_named(tmp_path):
 def test_a_negative_engine_cost_in_a_budget_names_the_line(tmp_path):
     with pytest.raises(ConfigError, match=r"b.toml:10: roofline.draft_step_ms: -0.1 is outside"):
         budget(tmp_path, "vllm", "[roofline]\n        draft_step_ms = -0.1")
+
+
+def test_a_heads_own_dtype_scales_its_reads():
+    """An NVFP4 EAGLE head (TensorRT Edge-LLM) reads about a quarter of its bf16 bytes; an MTP
+    head's dtype replaces the target's."""
+    hw, target = parse_hardware("h100"), load_model("llama-3.1-8b")
+    spec = parse_speculation("eagle3:4")
+    bf16 = rl.compute_roofline(hw, target, spec)
+    fp4 = rl.compute_roofline(hw, target, spec, head_dtype="nvfp4")
+    accept = rl.compute_roofline(hw, target, parse_speculation("ngram:4")).components_ms["draft"]
+    ratio = (fp4.components_ms["draft"] - accept) / (bf16.components_ms["draft"] - accept)
+    assert ratio == pytest.approx(0.5625 / 2, rel=1e-6)
+    assert fp4.to_dict()["head_dtype"] == "fp4" and fp4.what_if().head_dtype == "fp4"
+    seed = load_model("qwen3.6-27b")
+    mtp = rl.compute_roofline(parse_hardware("a6000x2"), seed, parse_speculation("mtp:3"))
+    mtp8 = rl.compute_roofline(parse_hardware("a6000x2"), seed, parse_speculation("mtp:3"),
+                               head_dtype="fp8")
+    assert mtp8.components_ms["draft"] < 0.6 * mtp.components_ms["draft"]
+    with pytest.raises(ConfigError, match="draft_dtype=fp5: unknown dtype"):
+        rl.compute_roofline(hw, target, spec, head_dtype="fp5")
+
+
+def test_a_budget_gives_a_head_its_dtype_and_refuses_one_without_a_head(tmp_path):
+    path = tmp_path / "b.toml"
+    path.write_text('[model]\nname = "llama-3.1-8b"\n[speculative]\nmethod = "eagle3"\n'
+                    'steps = 4\ndraft_dtype = "nvfp4"\n[server]\nurl = "http://127.0.0.1:1"\n'
+                    '[classes.chat]\n')
+    b = load_budget(path)
+    assert b.head_dtype == "fp4" and b.draft_model is None
+    roof = roofline_for(b, parse_hardware("h100"), {})
+    assert roof.head_dtype == "fp4"
+    path.write_text('[model]\nname = "llama-3.1-8b"\n[speculative]\nmethod = "ngram"\n'
+                    'steps = 4\ndraft_dtype = "nvfp4"\n[server]\nurl = "http://127.0.0.1:1"\n'
+                    '[classes.chat]\n')
+    with pytest.raises(ConfigError, match=r"b.toml:6: speculative.draft_dtype: needs a "
+                       r"draft_model or a drafting head to apply to \(mtp, eagle, eagle3, "
+                       r"dflash\)"):
+        load_budget(path)
