@@ -45,6 +45,7 @@ class RooflineFigures:
     draft_model: JSONObject | None = None
     draft_forwards: int = 0
     draft_step_ms: float = 0.0
+    head_dtype: str | None = None
     overhead_source: str = ""
 
     @classmethod
@@ -68,6 +69,7 @@ class RooflineFigures:
             draft_model=draft if isinstance(draft, Mapping) else None,
             draft_forwards=int(cast(int, d.get("draft_forwards") or 0)),
             draft_step_ms=_float(d, "draft_step_ms") or 0.0,
+            head_dtype=str(d["head_dtype"]) if d.get("head_dtype") else None,
             overhead_source=str(d.get("overhead_source") or ""),
         )
 
@@ -79,7 +81,7 @@ class RooflineFigures:
                 "batch": self.batch, "hardware": dict(self.hardware), "model": dict(self.model),
                 "draft_model": dict(self.draft_model) if self.draft_model is not None else None,
                 "draft_forwards": self.draft_forwards, "draft_step_ms": self.draft_step_ms,
-                "overhead_source": self.overhead_source}
+                "head_dtype": self.head_dtype, "overhead_source": self.overhead_source}
 
 
 @dataclass(frozen=True)

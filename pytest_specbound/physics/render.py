@@ -47,7 +47,8 @@ def _detail(roof: Roofline, key: str) -> str:
         forwards = f", {n} forward{'s' * (n != 1)} + acceptance" if n else ""
         engine = (f", {roof.draft_step_ms:g} ms engine cost per forward"
                   if roof.draft_step_ms and n else "")
-        return f"{roof.spec.label}{forwards}{engine}" if roof.spec.method != "none" else ""
+        head = f", head {roof.head_dtype}" if roof.head_dtype else ""
+        return f"{roof.spec.label}{forwards}{head}{engine}" if roof.spec.method != "none" else ""
     if key == "overhead" and roof.overhead_source:
         return roof.overhead_source.split(":")[0]  # the citation; the JSON has the whole text
     return ""

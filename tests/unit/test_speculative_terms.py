@@ -160,6 +160,9 @@ def test_a_budget_gives_a_head_its_dtype_and_refuses_one_without_a_head(tmp_path
     assert b.head_dtype == "fp4" and b.draft_model is None
     roof = roofline_for(b, parse_hardware("h100"), {})
     assert roof.head_dtype == "fp4"
+    from pytest_specbound.gate.result import RooflineFigures
+
+    assert RooflineFigures.of(roof).to_json()["head_dtype"] == "fp4"
     path.write_text('[model]\nname = "llama-3.1-8b"\n[speculative]\nmethod = "ngram"\n'
                     'steps = 4\ndraft_dtype = "nvfp4"\n[server]\nurl = "http://127.0.0.1:1"\n'
                     '[classes.chat]\n')
