@@ -135,9 +135,15 @@ def test_unknown_keys_are_errors_everywhere(tmp_path):
             load_budget(write(tmp_path, tables))
 
 
-def test_draft_dtype_without_a_draft_model_is_an_error(tmp_path):
-    tables = dict(BASE, speculative='method = "eagle3"\ndraft_dtype = "q8_0"')
-    with pytest.raises(ConfigError, match=r"b\.toml:5: speculative\.draft_dtype: needs a draft_model"):
+def test_draft_dtype_without_a_draft_model_or_a_head_is_an_error(tmp_path):
+    tables = dict(BASE, speculative='method = "ngram"\ndraft_dtype = "q8_0"')
+    with pytest.raises(ConfigError, match=r"b\.toml:5: speculative\.draft_dtype: needs a draft_model"
+                       r" or a drafting head"):
+        load_budget(write(tmp_path, tables))
+    tables = dict(BASE, speculative='method = "eagle3"\ndraft_dtype = "q8_0"')  # the head's dtype
+    assert load_budget(write(tmp_path, tables)).head_dtype == "q8_0"
+    tables = dict(BASE, speculative='method = "eagle3"\ndraft_dtype = "q9"')
+    with pytest.raises(ConfigError, match=r"b\.toml:5: speculative\.draft_dtype=q9: unknown dtype"):
         load_budget(write(tmp_path, tables))
 
 
