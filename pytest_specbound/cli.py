@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -89,9 +88,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     overhead, source = ((args.overhead_ms, "--overhead-ms") if args.overhead_ms is not None
                         else overhead_for(args.backend))
     roof = compute_roofline(hw, model, spec, draft, args.context, args.batch, overhead,
-                            ROOFLINE_FLAGS, args.draft_step_ms,
-                            None if draft else draft_dtype)
-    roof = dataclasses.replace(roof, overhead_source=source)
+                            ROOFLINE_FLAGS, args.draft_step_ms, draft_dtype, source)
     if args.accept is not None and args.accept > roof.max_accept:
         raise SpecboundError(
             f"--accept={args.accept:g}: above the most one round can emit with "

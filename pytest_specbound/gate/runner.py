@@ -22,7 +22,7 @@ from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prompts import load_prompts
 from pytest_specbound.measure.sampler import Sampler, measure
 from pytest_specbound.measure.telemetry import Telemetry, findings
-from pytest_specbound.physics.hardware import Hardware, matched_to_server
+from pytest_specbound.physics.hardware import Hardware, matched_to_server, server_threads
 from pytest_specbound.physics.models import Model, load_model
 from pytest_specbound.physics.overheads import overhead_for
 from pytest_specbound.physics.roofline import Roofline, compute_roofline
@@ -59,17 +59,15 @@ def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str],
     if hw.name == "cpu":  # what the server sees: its threads, its working set, its kernels
         threads = budget.threads or threads_from_launch(budget.server.launch)
         reads = model.weight_bytes + (draft.weight_bytes if draft else 0.0)
-        n = min(threads or int(hw.extra.get("cores") or 1), int(hw.extra.get("cores") or 1))
         tokens = budget.speculation.verify_tokens * (batch or budget.batch)
-        hw = matched_to_server(hw, threads, reads,
-                               server_kernels(budget, model, values, n, tokens))
+        kernels = server_kernels(budget, model, values, server_threads(hw, threads), tokens)
+        hw = matched_to_server(hw, threads, reads, kernels)
     overhead, overhead_source = (
         (budget.overhead_ms, budget.origin("overhead_ms")) if budget.overhead_ms is not None
         else overhead_for(budget.server.backend))
-    roof = compute_roofline(hw, model, budget.speculation, draft, budget.context,
+    return compute_roofline(hw, model, budget.speculation, draft, budget.context,
                             batch or budget.batch, overhead, budget.origins, budget.draft_step_ms,
-                            budget.head_dtype)
-    return replace(roof, overhead_source=overhead_source)
+                            budget.head_dtype, overhead_source)
 
 
 def server_kernels(budget: Budget, model: Model, values: dict[str, str], threads: int,

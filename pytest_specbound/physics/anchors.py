@@ -64,9 +64,9 @@ def evaluate(row: dict[str, Any]) -> Anchor:
         model = model.with_expert_dtype(row["expert_dtype"])
     draft = load_model(row["draft_model"], row.get("draft_dtype")) if "draft_model" in row \
         else None
-    head = None if draft else row.get("draft_dtype")  # an MTP / EAGLE / DFlash head's dtype
     roof = compute_roofline(parse_hardware(row["hw"]), model,
-                            parse_speculation(row.get("spec", "none")), draft, head_dtype=head)
+                            parse_speculation(row.get("spec", "none")), draft,
+                            head_dtype=row.get("draft_dtype"))  # without a draft model: the head's
     return Anchor(row, roof)
 
 

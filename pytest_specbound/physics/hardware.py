@@ -175,6 +175,13 @@ def cpu_hardware() -> Hardware:
     )
 
 
+def server_threads(hw: Hardware, threads: int | None) -> int:
+    """The threads a server on this host's CPU computes with: ``threads``, default every core,
+    never more than the host has."""
+    cores = int(hw.extra.get("cores") or 1)
+    return min(threads or cores, cores)
+
+
 def matched_to_server(hw: Hardware, threads: int | None, working_set: float,
                       kernel: tuple[float, str] | None = None) -> Hardware:
     """``hw`` as one server sees it. For this host's CPU: the read bandwidth of ``threads``
@@ -186,7 +193,7 @@ def matched_to_server(hw: Hardware, threads: int | None, working_set: float,
     from pytest_specbound.physics.cpu_probe import read_bandwidth
 
     cores = int(hw.extra.get("cores") or 1)
-    n = min(threads or cores, cores)
+    n = server_threads(hw, threads)
     gbs, source = read_bandwidth(n, working_set)
     if kernel:
         source = f"{source}; compute: {kernel[1]}"

@@ -8,7 +8,7 @@ verified, so ``tok/s = accept_length / round_time``. The batch ``B`` enters as t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_specbound.errors import ConfigError
@@ -87,10 +87,10 @@ class Roofline:
             "hardware": self.hardware, "model": model, "spec": self.spec,
             "draft_model": self.draft_model, "context": self.context, "batch": self.batch,
             "overhead_ms": self.components_ms["overhead"], "draft_step_ms": self.draft_step_ms,
-            "head_dtype": self.head_dtype,
+            "head_dtype": self.head_dtype, "overhead_source": self.overhead_source,
         }
         args.update(changes)
-        return replace(compute_roofline(**args), overhead_source=self.overhead_source)
+        return compute_roofline(**args)
 
     def to_dict(self, accept: float | None = None) -> dict[str, Any]:
         a = self.max_accept if accept is None else accept
@@ -216,6 +216,7 @@ def compute_roofline(
     names: Mapping[str, str] | None = None,
     draft_step_ms: float = 0.0,
     head_dtype: str | None = None,
+    overhead_source: str = "",
 ) -> Roofline:
     """Per-round breakdown for ``batch`` sequences each verifying ``spec.verify_tokens`` tokens.
 
@@ -224,7 +225,8 @@ def compute_roofline(
     default: the key itself. ``draft_step_ms`` is the engine's own cost per draft forward beyond
     the physics (measured by the team, not a floor): 0 keeps the roofline a ceiling.
     ``head_dtype`` stores an MTP, EAGLE or DFlash head in another dtype than bf16 (MTP: than the
-    target's); a draft model has its own dtype instead.
+    target's); a draft model has its own dtype instead, so with one it is ignored.
+    ``overhead_source`` says where ``overhead_ms`` came from.
     """
     names = {**{k: k for k in ORIGIN_KEYS}, **(names or {})}
     if batch < 1:
@@ -235,7 +237,9 @@ def compute_roofline(
         raise ConfigError(f"{names['overhead_ms']}={overhead_ms}: must be >= 0")
     if draft_step_ms < 0:
         raise ConfigError(f"{names['draft_step_ms']}={draft_step_ms}: must be >= 0")
-    if head_dtype is not None:
+    if draft_model is not None:
+        head_dtype = None
+    elif head_dtype is not None:
         head_dtype = dtypes.canonical_dtype(head_dtype, names["draft_dtype"])
     tokens = spec.verify_tokens * batch
     v = _verify(hardware, model, tokens, context, batch)
@@ -246,14 +250,12 @@ def compute_roofline(
         "linear_state": v["linear_state"],
         "compute": max(0.0, v["compute_total"] - memory),
         "allreduce": _allreduce_ms(hardware, model, tokens, model.n_layers),
-        "draft": _draft_ms(hardware, model, spec, draft_model, context, batch, names,
-                           None if draft_model else head_dtype)
+        "draft": _draft_ms(hardware, model, spec, draft_model, context, batch, names, head_dtype)
         + draft_forwards(spec) * draft_step_ms,
         "overhead": overhead_ms,
     }
     return Roofline(hardware, model, spec, components, _bound(v["compute_total"], memory, components),
-                    context, batch, draft_model, draft_step_ms,
-                    head_dtype=None if draft_model else head_dtype)
+                    context, batch, draft_model, draft_step_ms, overhead_source, head_dtype)
 
 
 def _bound(compute_total: float, memory: float, components: Mapping[str, float]) -> str:

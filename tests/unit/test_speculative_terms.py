@@ -81,14 +81,18 @@ def test_an_engines_cost_per_draft_forward_is_added_per_forward():
         rl.compute_roofline(hw, target, parse_speculation("eagle3:4"), draft_step_ms=-1)
 
 
-def budget(tmp_path, backend: str, roofline: str = "") -> object:
+def budget(tmp_path, backend: str, roofline: str = "", method: str = "eagle3",
+           speculative: str = "") -> object:
+    """A budget on ``backend``; ``speculative`` adds lines after ``steps = 3`` (line 6 on)."""
     path = tmp_path / "b.toml"
+    spec_lines = f"{speculative}\n" if speculative else ""
     path.write_text(textwrap.dedent(f"""\
         [model]
         name = "llama-3.1-8b"
         [speculative]
-        method = "eagle3"
+        method = "{method}"
         steps = 3
+        """) + spec_lines + textwrap.dedent(f"""\
         [server]
         backend = "{backend}"
         url = "http://127.0.0.1:1"
@@ -152,21 +156,14 @@ def test_a_heads_own_dtype_scales_its_reads():
 
 
 def test_a_budget_gives_a_head_its_dtype_and_refuses_one_without_a_head(tmp_path):
-    path = tmp_path / "b.toml"
-    path.write_text('[model]\nname = "llama-3.1-8b"\n[speculative]\nmethod = "eagle3"\n'
-                    'steps = 4\ndraft_dtype = "nvfp4"\n[server]\nurl = "http://127.0.0.1:1"\n'
-                    '[classes.chat]\n')
-    b = load_budget(path)
+    b = budget(tmp_path, "vllm", speculative='draft_dtype = "nvfp4"')
     assert b.head_dtype == "fp4" and b.draft_model is None
     roof = roofline_for(b, parse_hardware("h100"), {})
     assert roof.head_dtype == "fp4"
     from pytest_specbound.gate.result import RooflineFigures
 
     assert RooflineFigures.of(roof).to_json()["head_dtype"] == "fp4"
-    path.write_text('[model]\nname = "llama-3.1-8b"\n[speculative]\nmethod = "ngram"\n'
-                    'steps = 4\ndraft_dtype = "nvfp4"\n[server]\nurl = "http://127.0.0.1:1"\n'
-                    '[classes.chat]\n')
     with pytest.raises(ConfigError, match=r"b.toml:6: speculative.draft_dtype: needs a "
                        r"draft_model or a drafting head to apply to \(mtp, eagle, eagle3, "
                        r"dflash\)"):
-        load_budget(path)
+        budget(tmp_path, "vllm", method="ngram", speculative='draft_dtype = "nvfp4"')
