@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.gate.verdict import judge
 from pytest_specbound.measure.measurement import Measurement, Stop
+from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.sequential import (
     DEFAULT_RESOLUTION,
     MIN_DECISION,
@@ -60,7 +61,7 @@ def decisions(cls: ClassBudget, m: Measurement, roof: Roofline, confidence: floa
         if t.metric == "accept_length" and not any(r.verify_steps for r in m.ok):
             out[t.key] = _fixed(t, m.accept_length, len(m.ok))
             continue
-        values = per_request(m, t.metric, roof.tok_s, float(roof.max_accept))
+        values = per_request(m, t.metric, roof)
         d = decide(t.log_ratios(values), alpha, resolution, min_n=min_n)
         out[t.key] = Decision(d.side, d.n, t.back(d.estimate), *_interval(t, d), d.more)
     return out
@@ -116,7 +117,8 @@ class SequentialRule:
         self.last_level = self.level
         self.last_decisions = decisions(self.budget, m, self.roof, self.confidence,
                                         self.resolution, min(MIN_DECISION, self.min_samples))
-        self.last_bounds = bounds(m, self.roof.round_ms, self.last_level, self.roof.max_accept)
+        self.last_bounds = bounds(m, level_roofline(m, self.roof).round_ms, self.last_level,
+                                  self.roof.max_accept)
         return m
 
     def stop_reason(self, m: Measurement) -> tuple[Stop, str] | None:

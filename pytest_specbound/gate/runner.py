@@ -19,6 +19,7 @@ from pytest_specbound.gate.settings import Settings
 from pytest_specbound.gate.verdict import Verdict, batching_hint, explained, judge
 from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, stream_samplers
 from pytest_specbound.measure.measurement import Measurement, Stop
+from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.prompts import load_prompts
 from pytest_specbound.measure.sampler import Sampler, measure
 from pytest_specbound.measure.telemetry import Telemetry, findings
@@ -49,6 +50,9 @@ def resolve_model(ref: ModelRef, values: dict[str, str], base: Path, origin: str
     return load_model(model_spec(ref, values, base), ref.dtype, origin)
 
 
+PREFILL_TOKENS = 512  # a prompt-sized batch: llama-bench's default, near its kernels' peak
+
+
 def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str],
                  batch: int | None = None) -> Roofline:
     """The budget's roofline on ``hw``; ``batch`` (a concurrency level) overrides its batch."""
@@ -59,9 +63,13 @@ def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str],
     if hw.name == "cpu":  # what the server sees: its threads, its working set, its kernels
         threads = budget.threads or threads_from_launch(budget.server.launch)
         reads = model.weight_bytes + (draft.weight_bytes if draft else 0.0)
-        tokens = budget.speculation.verify_tokens * (batch or budget.batch)
-        kernels = server_kernels(budget, model, values, server_threads(hw, threads), tokens)
-        hw = matched_to_server(hw, threads, reads, kernels)
+        level = batch or budget.batch
+        n = server_threads(hw, threads)
+        kernels = server_kernels(budget, model, values, n, budget.speculation.verify_tokens * level)
+        # several sequences: others' prompts are computed in their rounds (Roofline.prefill_ms)
+        prefill = (server_kernels(budget, model, values, n, PREFILL_TOKENS)
+                   if kernels and level > 1 else None)
+        hw = matched_to_server(hw, threads, reads, kernels, prefill)
     overhead, overhead_source = (
         (budget.overhead_ms, budget.origin("overhead_ms")) if budget.overhead_ms is not None
         else overhead_for(budget.server.backend))
@@ -275,7 +283,9 @@ def running_result(base: ClassResult, m: Measurement, rule: SequentialRule,
     """``base`` with the measurement so far; an interrupted one is an error saying so."""
     verdict = Verdict("error", ["interrupted"], ("interrupted",)) if m.interrupted \
         else base.verdict
+    roofline = RooflineFigures.of(level_roofline(m, rule.roof)) if m.records else base.roofline
     return replace(base.with_measurement(m), verdict=verdict, bounds=rule.last_bounds,
+                   roofline=roofline,
                    confidence_level=rule.last_level or None, resolution=rule.resolution,
                    tests={k: d.to_json() for k, d in rule.last_decisions.items()},
                    elapsed_s=round(time.time() - started, 3), interrupted=m.interrupted)

@@ -8,6 +8,7 @@ from typing import Literal, get_args
 
 from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.measure.measurement import Measurement, Stop
+from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.sequential import Decision
 from pytest_specbound.physics.render import one_line
 from pytest_specbound.physics.roofline import Roofline
@@ -122,6 +123,7 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
         return Verdict("error", ["the server reported no accept statistics and the stream gave "
                                  "no estimate"], ("no_accept",))
     accept_capped = min(accept, float(roof.max_accept))
+    roof = level_roofline(m, roof)  # others' prefill in the rounds, at a closed-loop level
     roof_tok_s = roof.tok_s(accept_capped)
     efficiency = tok_s / roof_tok_s
     round_ms = accept / tok_s * 1e3

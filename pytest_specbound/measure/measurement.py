@@ -78,9 +78,11 @@ class Measurement:
         return [(r, o) for r, o in pairs if o is not None and r.ok and r.decode_s > 0]
 
     def with_overlaps(self) -> Measurement:
-        """This measurement with each counted record's in_flight and co_decoding filled in."""
+        """This measurement with each counted record's in_flight, co_decoding and
+        others_prefill_tokens filled in."""
         records = tuple(r if o is None else replace(r, in_flight=round(o.in_flight, 3),
-                                                    co_decoding=round(o.co_decoding, 3))
+                                                    co_decoding=round(o.co_decoding, 3),
+                                                    others_prefill_tokens=round(o.prefill_tokens, 1))
                         for r, o in zip(self.records, self.overlaps, strict=True))
         return replace(self, records=records)
 

@@ -9,7 +9,11 @@ each record this module integrates them over its decode window:
 - ``co_decoding``: mean of decoding(t) (how many sequences the server decoded at once);
 - ``share_s``: the integral of 1 / decoding(t), the wall time that is this request's share of
   the decoding the server did. The shares of all requests add up to the wall time in which
-  anything decoded, so tokens over summed shares is the aggregate decode rate.
+  anything decoded, so tokens over summed shares is the aggregate decode rate;
+- ``prefill_tokens``: the other requests' prompt tokens computed while it decoded. A continuous-
+  batching server puts a newcomer's prompt into the running rounds, so they take longer for
+  everyone decoding; each prompt is spread evenly over its prefill window (sent to first
+  token), and only where the server says how many prompt tokens it computed.
 """
 
 from __future__ import annotations
@@ -26,21 +30,23 @@ class Overlap:
     in_flight: float
     co_decoding: float
     share_s: float
+    prefill_tokens: float = 0.0
 
 
 class _Step:
-    """A step function: the number of intervals covering t, with prefix integrals of the count
-    and of its inverse (zero where nothing covers t)."""
+    """A step function: the number of intervals covering t (or the sum of their ``weights``),
+    with prefix integrals of the count and of its inverse (zero where nothing covers t)."""
 
-    def __init__(self, intervals: Sequence[tuple[float, float]]) -> None:
-        deltas: dict[float, int] = {}
-        for a, b in intervals:
+    def __init__(self, intervals: Sequence[tuple[float, float]],
+                 weights: Sequence[float] | None = None) -> None:
+        deltas: dict[float, float] = {}
+        for (a, b), w in zip(intervals, weights or [1.0] * len(intervals), strict=True):
             if b > a:
-                deltas[a] = deltas.get(a, 0) + 1
-                deltas[b] = deltas.get(b, 0) - 1
+                deltas[a] = deltas.get(a, 0.0) + w
+                deltas[b] = deltas.get(b, 0.0) - w
         self.points = sorted(deltas)
-        self.counts: list[int] = []  # on [points[m], points[m + 1])
-        level = 0
+        self.counts: list[float] = []  # on [points[m], points[m + 1])
+        level = 0.0
         for p in self.points:
             level += deltas[p]
             self.counts.append(level)
@@ -54,8 +60,8 @@ class _Step:
     def _rate(self, m: int, inverse: bool) -> float:
         k = self.counts[m]
         if not inverse:
-            return float(k)
-        return 1.0 / k if k > 0 else 0.0
+            return k
+        return 1.0 / k if k > 0.5 else 0.0  # counts: 0 where nothing covers t
 
     def _upto(self, x: float, inverse: bool) -> float:
         prefix = self.prefix[inverse]
@@ -79,6 +85,8 @@ def overlaps(records: Sequence[RequestRecord],
     spans = [s for s in (r.span for r in everyone) if s]
     windows = [w for w in (r.decode_window for r in everyone) if w]
     load, decoding = _Step(spans), _Step(windows)
+    prompts = [(p, _density(r, p)) for r in everyone if (p := r.prefill_window)]
+    prefill = _Step([p for p, _ in prompts], [d for _, d in prompts])
     out: list[Overlap | None] = []
     for r in records:
         w = r.decode_window
@@ -86,6 +94,13 @@ def overlaps(records: Sequence[RequestRecord],
             out.append(None)
             continue
         length = w[1] - w[0]
+        own = _Step([p], [_density(r, p)]).integral(*w) if (p := r.prefill_window) else 0.0
         out.append(Overlap(load.integral(*w) / length, decoding.integral(*w) / length,
-                           decoding.integral(*w, inverse=True)))
+                           decoding.integral(*w, inverse=True),
+                           max(0.0, prefill.integral(*w) - own)))
     return out
+
+
+def _density(r: RequestRecord, window: tuple[float, float]) -> float:
+    """Prompt tokens per second the server computed over ``r``'s prefill ``window``."""
+    return (r.computed_prompt_tokens or 0) / (window[1] - window[0])

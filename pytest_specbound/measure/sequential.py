@@ -27,13 +27,15 @@ most favours it, so one stalled (or one lucky) request cannot decide a threshold
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Literal
 
 from pytest_specbound.measure.measurement import Measurement
+from pytest_specbound.measure.prefill import floor_s
 from pytest_specbound.measure.stats import t_quantile
+from pytest_specbound.physics.roofline import Roofline
 
 Side = Literal["ok", "bad", "unsure"]
 MISS_RATE = 0.05  # beta: chance of passing a threshold the truth misses by a resolution or more
@@ -206,11 +208,12 @@ def with_transient(m: Measurement) -> Measurement:
     return m if cut == m.transient else replace(m, transient=cut)
 
 
-def per_request(m: Measurement, metric: str, roof_tok_s: Callable[[float], float],
-                max_accept: float) -> list[float]:
+def per_request(m: Measurement, metric: str, roof: Roofline) -> list[float]:
     """Each timed request's value of ``metric`` (accept_length, efficiency, decode_tok_s,
-    ttft_ms); efficiency is the request's rate over the roofline at its accept length (the
-    level's window accept, else 1, where requests have no accept of their own)."""
+    ttft_ms); efficiency is the request's least decode time over its measured one: its rounds at
+    the roofline (at its accept length, else the level's window accept, else 1, where requests
+    have no accept of their own) plus the other requests' prefill in them
+    (:mod:`pytest_specbound.measure.prefill`)."""
     recs = m.timed
     if metric == "decode_tok_s":
         return [r.decode_tokens / r.decode_s for r in recs]
@@ -220,9 +223,6 @@ def per_request(m: Measurement, metric: str, roof_tok_s: Callable[[float], float
         return [r.decode_tokens / r.verify_steps for r in recs if r.verify_steps]
     if metric == "efficiency":
         fixed = m.window_accept or 1.0
-        out = []
-        for r in recs:
-            a = r.decode_tokens / r.verify_steps if r.verify_steps else fixed
-            out.append(r.decode_tokens / r.decode_s / roof_tok_s(min(a, max_accept)))
-        return out
+        overlap = {id(r): o for r, o in m.timed_overlaps()}
+        return [floor_s(r, overlap.get(id(r)), roof, fixed) / r.decode_s for r in recs]
     raise ValueError(f"unknown metric {metric!r}")

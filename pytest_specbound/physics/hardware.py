@@ -36,6 +36,7 @@ class Hardware:
     fp8_tflops: float = 0.0
     fp4_tflops: float = 0.0
     kernel_tflops: float = 0.0  # this host's CPU: the serving software's own kernels, measured
+    prefill_kernel_tflops: float = 0.0  # likewise over a prompt-sized batch (their peak)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -58,6 +59,15 @@ class Hardware:
             return self.fp8_tflops
         return self.bf16_tflops
 
+    def prefill_tflops(self, dtype: str) -> float:
+        """TFLOP/s a prompt's tokens are multiplied at, at most: on a GPU its compute ceiling; on
+        this host's CPU the serving kernels' rate over a prompt-sized batch where it was
+        measured, else 0 (unknown: a server's own kernels may beat the matmul probe, so no
+        prefill time is counted rather than too much)."""
+        if self.prefill_kernel_tflops:
+            return self.prefill_kernel_tflops
+        return 0.0 if self.name == "cpu" else self.tflops(dtype)
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.label,
@@ -67,6 +77,8 @@ class Hardware:
             "memory_gb": self.memory_gb,
             "bf16_tflops": self.bf16_tflops,
             **({"kernel_tflops": self.kernel_tflops} if self.kernel_tflops else {}),
+            **({"prefill_kernel_tflops": self.prefill_kernel_tflops}
+               if self.prefill_kernel_tflops else {}),
             "link": self.link,
             "link_gbs": self.link_gbs,
             "source": self.source,
@@ -183,11 +195,13 @@ def server_threads(hw: Hardware, threads: int | None) -> int:
 
 
 def matched_to_server(hw: Hardware, threads: int | None, working_set: float,
-                      kernel: tuple[float, str] | None = None) -> Hardware:
+                      kernel: tuple[float, str] | None = None,
+                      prefill: tuple[float, str] | None = None) -> Hardware:
     """``hw`` as one server sees it. For this host's CPU: the read bandwidth of ``threads``
     threads (default: every core) over ``working_set`` bytes, the bytes one step reads, so a
     model that fits in the last-level cache is measured as such; and ``kernel`` (TFLOP/s,
-    source), the server's own kernels' rate, as the compute ceiling. A GPU is returned unchanged."""
+    source), the server's own kernels' rate over a verify step, as the compute ceiling, and
+    ``prefill`` the same over a prompt-sized batch. A GPU is returned unchanged."""
     if hw.name != "cpu":
         return hw
     from pytest_specbound.physics.cpu_probe import read_bandwidth
@@ -197,7 +211,10 @@ def matched_to_server(hw: Hardware, threads: int | None, working_set: float,
     gbs, source = read_bandwidth(n, working_set)
     if kernel:
         source = f"{source}; compute: {kernel[1]}"
+    if prefill:
+        source = f"{source}; prefill: {prefill[1]}"
     return replace(hw, bandwidth_gbs=gbs, source=source, kernel_tflops=kernel[0] if kernel else 0.0,
+                   prefill_kernel_tflops=prefill[0] if prefill else 0.0,
                    bf16_tflops=hw.bf16_tflops * n / cores,  # the matmul probe used every core
                    title=f"this host's CPU ({n} of {cores} cores, as the server runs)",
                    extra={**hw.extra, "threads": n, "working_set_bytes": int(working_set)})

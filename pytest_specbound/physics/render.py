@@ -14,9 +14,11 @@ LABELS = {
     "allreduce": "allreduce",
     "draft": "draft",
     "overhead": "scheduler and sampling",
+    "prefill": "other requests' prefill (measured)",
 }
 SHORT = {"weights": "weights", "kv_cache": "kv", "linear_state": "state", "compute": "compute",
-         "allreduce": "allreduce", "draft": "draft", "overhead": "sched"}
+         "allreduce": "allreduce", "draft": "draft", "overhead": "sched",
+         "prefill": "prefill"}
 
 
 def one_line(roof: Roofline) -> str:

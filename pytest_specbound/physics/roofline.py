@@ -8,7 +8,7 @@ verified, so ``tok/s = accept_length / round_time``. The batch ``B`` enters as t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_specbound.errors import ConfigError
@@ -61,10 +61,31 @@ class Roofline:
     draft_step_ms: float = 0.0  # the engine's own cost per draft forward, given by the budget
     overhead_source: str = ""  # where the scheduler constant came from
     head_dtype: str | None = None  # an MTP / EAGLE / DFlash head stored apart from bf16
+    verify_compute_ms: float = 0.0  # the verify forward's matmuls at the compute ceiling
+    prefill_ms_per_token: float = 0.0  # one prompt token's matmuls at the prefill ceiling
 
     @property
     def round_ms(self) -> float:
         return sum(self.components_ms.values())
+
+    @property
+    def compute_slack_ms(self) -> float:
+        """Per round, the time a memory-bound verify leaves the compute units idle: prompt
+        tokens of other requests batched into the round can be multiplied in it for free."""
+        memory = sum(self.components_ms[k] for k in ("weights", "kv_cache", "linear_state"))
+        return max(0.0, memory - self.verify_compute_ms)
+
+    def prefill_ms(self, tokens: float, rounds: float) -> float:
+        """The least time ``tokens`` prompt tokens of other requests add to ``rounds`` rounds
+        they share (continuous batching puts a newcomer's prefill into the running rounds):
+        their matmuls at the prefill ceiling, less what the rounds' compute slack absorbs."""
+        return max(0.0, tokens * self.prefill_ms_per_token - rounds * self.compute_slack_ms)
+
+    def with_prefill(self, ms_per_round: float) -> Roofline:
+        """This round with other requests' prefill added (``prefill``, measured per level)."""
+        if ms_per_round <= 0:
+            return self
+        return replace(self, components_ms={**self.components_ms, "prefill": ms_per_round})
 
     @property
     def max_accept(self) -> int:
@@ -124,9 +145,13 @@ def _verify(hw: Hardware, model: Model, tokens: int, context: int, batch: int) -
     weights = _ms(dense + experts, hw)
     kv = _ms(model.kv_bytes_per_token * context * batch, hw)
     state = _ms(model.state_bytes * batch, hw)
-    tflops = hw.tflops(model.dtype)
-    compute = 2 * model.active_params * tokens / (tflops * 1e12 * hw.count) * 1e3 if tflops else 0.0
-    return {"weights": weights, "kv_cache": kv, "linear_state": state, "compute_total": compute}
+    return {"weights": weights, "kv_cache": kv, "linear_state": state,
+            "compute_total": _matmul_ms(hw, model, tokens, hw.tflops(model.dtype))}
+
+
+def _matmul_ms(hw: Hardware, model: Model, tokens: float, tflops: float) -> float:
+    """``tokens`` tokens through the active weights' matmuls at ``tflops`` (0: no ceiling)."""
+    return 2 * model.active_params * tokens / (tflops * 1e12 * hw.count) * 1e3 if tflops else 0.0
 
 
 def _allreduce_ms(hw: Hardware, model: Model, tokens: int, layers: int) -> float:
@@ -255,7 +280,9 @@ def compute_roofline(
         "overhead": overhead_ms,
     }
     return Roofline(hardware, model, spec, components, _bound(v["compute_total"], memory, components),
-                    context, batch, draft_model, draft_step_ms, overhead_source, head_dtype)
+                    context, batch, draft_model, draft_step_ms, overhead_source, head_dtype,
+                    v["compute_total"], _matmul_ms(hardware, model, 1, hardware.prefill_tflops(
+                        model.dtype)))
 
 
 def _bound(compute_total: float, memory: float, components: Mapping[str, float]) -> str:

@@ -70,17 +70,23 @@ class Outputs:
         from pytest_specbound.report.table import terminal
 
         lines = terminal(self.results).splitlines()
-        seen = set()
+        levels: dict[tuple[str, str, int], list[ClassResult]] = {}
         for r in self.results:
-            key = (r.budget, r.hardware, r.roofline.batch if r.roofline else 0)
-            if key in seen or r.roofline is None:
-                continue
-            seen.add(key)
+            if r.roofline is not None:
+                levels.setdefault((r.budget, r.hardware, r.roofline.batch), []).append(r)
+        for same in levels.values():
+            r = same[0]
             roof = r.roofline
+            assert roof is not None
+            physics = {k: v for k, v in roof.components_ms.items() if k != "prefill"}
             batch = f" at batch {roof.batch}" if roof.batch > 1 else ""
+            measured = [f"{x.class_name} {x.roofline.components_ms['prefill']:.1f}" for x in same
+                        if x.roofline and x.roofline.components_ms.get("prefill")]
+            prefill = (f"; plus other requests' prefill per round, measured: "
+                       f"{', '.join(measured)} ms" if measured else "")
             lines.append(f"roofline {r.model} ({basename(r.budget)}) on {r.hardware}{batch}: "
-                         f"{roof.round_ms:.1f} ms per round = {components_line(roof.components_ms)}"
-                         f", bound: {roof.bound}")
+                         f"{sum(physics.values()):.1f} ms per round = "
+                         f"{components_line(physics)}, bound: {roof.bound}{prefill}")
         if self.settings.json_path:
             lines.append(f"specbound results: {Path(self.settings.json_path)}")
         return lines

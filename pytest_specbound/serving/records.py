@@ -19,6 +19,7 @@ class RequestRecord:
 
     prompt_tokens: int | None = None
     completion_tokens: int = 0
+    cached_prompt_tokens: int | None = None  # of the prompt, served from the server's cache
     ttft_s: float = 0.0
     decode_s: float = 0.0  # first token to last token, client clock
     chunk_times_s: tuple[float, ...] = ()  # since the request was sent
@@ -37,6 +38,7 @@ class RequestRecord:
     concurrency: int = 1  # the closed-loop level it ran at (streams kept busy)
     in_flight: float | None = None  # requests sent and unfinished, time-averaged over its decode
     co_decoding: float | None = None  # requests past their first token, likewise (itself included)
+    others_prefill_tokens: float | None = None  # other requests' prompt tokens computed meanwhile
 
     @property
     def ok(self) -> bool:
@@ -61,6 +63,20 @@ class RequestRecord:
     @property
     def decode_tok_s(self) -> float | None:
         return self.decode_tokens / self.decode_s if self.decode_s > 0 else None
+
+    @property
+    def computed_prompt_tokens(self) -> int | None:
+        """Prompt tokens the server computed, where it says how many its cache served."""
+        if self.prompt_tokens is None or self.cached_prompt_tokens is None:
+            return None
+        return max(0, self.prompt_tokens - self.cached_prompt_tokens)
+
+    @property
+    def prefill_window(self) -> tuple[float, float] | None:
+        """Sent to first token, on the level's clock: when the server computed the prompt."""
+        if self.sent_s is None or not self.ok or self.ttft_s <= 0:
+            return None
+        return self.sent_s, self.sent_s + self.ttft_s
 
     @property
     def decode_window(self) -> tuple[float, float] | None:

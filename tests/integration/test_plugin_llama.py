@@ -114,4 +114,12 @@ def test_cpu_demo_budget_main_command(pytester):
         hardware = r["roofline"]["hardware"]
         assert "llama-bench" in hardware["source"] and hardware["kernel_tflops"] > 0, hardware
         assert 0.5 <= r["efficiency"] <= 1.0, r  # the shipped floor, and a ceiling
+        # at 4 streams each new prompt is computed in the others' rounds: measured, counted
+        prefill = r["roofline"]["components_ms"].get("prefill", 0.0)
+        assert (prefill > 0) == (r["concurrency"] == 4), r["roofline"]
+        assert all(q["others_prefill_tokens"] == 0 for q in r["requests"]
+                   if r["concurrency"] == 1), r["requests"]
+    (line,) = [x for x in out.splitlines() if "at batch 4" in x]
+    assert "other requests' prefill per round, measured: " in line, line
+    assert "coding " in line.split("measured: ")[1] and "repetitive " in line, line
     result.assert_outcomes(passed=4)

@@ -93,8 +93,7 @@ def replay(cls: ClassBudget, roof: Roofline, records) -> tuple[str, int]:
 
 
 def geometric_efficiency(records, roof: Roofline) -> float:
-    values = per_request(Measurement("llamacpp", tuple(records)), "efficiency", roof.tok_s,
-                         float(roof.max_accept))
+    values = per_request(Measurement("llamacpp", tuple(records)), "efficiency", roof)
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 

@@ -136,7 +136,11 @@ def test_the_roofline_takes_the_servers_kernels_at_each_levels_verify(tmp_path, 
         + one.components_ms["compute"]
     assert compute == pytest.approx(verify_ms, rel=1e-6)
     assert one.bound == "compute" and "llama-bench" in one.hardware.source
+    assert one.prefill_ms_per_token == 0.0  # one stream: no other prompt shares its rounds
     four = roofline_for(budget, host, {}, 4)
-    assert runs(tmp_path / "bin")[-1].split()[2:4] == ["-p", "16"]
+    assert [r.split()[2:4] for r in runs(tmp_path / "bin")[-2:]] == [["-p", "16"], ["-p", "512"]]
     assert four.hardware.describe()["kernel_tflops"] > 0
+    # several streams: a prompt token is the bench's 512-token batch rate (400 tok/s here)
+    assert four.prefill_ms_per_token == pytest.approx(1e3 / 400.0, rel=1e-6)
+    assert "prefill: llama-bench" in four.hardware.source
     json.dumps(four.to_dict())  # the breakdown stays JSON-ready

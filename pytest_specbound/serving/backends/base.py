@@ -88,6 +88,7 @@ class Backend:
         tokens: list[int] = []
         chunk_reads: list[int] = []
         prompt_tokens: int | None = None
+        cached: int | None = None
         completion_tokens = 0
         state: dict[str, Any] = {}
         final = result.done
@@ -103,6 +104,9 @@ class Backend:
             usage = obj.get("usage")
             if isinstance(usage, dict):
                 prompt_tokens = usage.get("prompt_tokens", prompt_tokens)
+                details = usage.get("prompt_tokens_details")
+                if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                    cached = details["cached_tokens"]
                 if "completion_tokens" in usage:
                     completion_tokens = int(usage["completion_tokens"])
             final = final or self.is_final(obj)
@@ -114,7 +118,7 @@ class Backend:
             )
         completion = completion_tokens or sum(tokens)
         record = RequestRecord(
-            prompt_tokens=prompt_tokens, completion_tokens=completion,
+            prompt_tokens=prompt_tokens, completion_tokens=completion, cached_prompt_tokens=cached,
             ttft_s=times[0] if times else 0.0,
             decode_s=decode_seconds(times, tokens, chunk_reads, completion - 1),
             chunk_times_s=tuple(times), chunk_tokens=tuple(tokens), chunk_reads=tuple(chunk_reads))

@@ -79,6 +79,7 @@ class LlamaCpp(Backend):
             changes["completion_tokens"] = n
         if timings.get("prompt_n") is not None:
             changes["prompt_tokens"] = int(timings["prompt_n"]) + int(timings.get("cache_n", 0))
+            changes["cached_prompt_tokens"] = int(timings.get("cache_n", 0))
         ms = float(timings.get("predicted_ms", 0.0))
         if ms > 0:
             changes["server_decode_s"] = ms / 1e3
