@@ -48,6 +48,21 @@ class RooflineFigures:
     head_dtype: str | None = None
     overhead_source: str = ""
 
+    @property
+    def prefill_ms(self) -> float:
+        """Other requests' prefill per round, measured at a closed-loop level (0: none)."""
+        return self.components_ms.get("prefill", 0.0)
+
+    @property
+    def physics(self) -> dict[str, float]:
+        """The components the model and hardware give, without the measured prefill (the same
+        for every class of a budget at one level)."""
+        return {k: v for k, v in self.components_ms.items() if k != "prefill"}
+
+    @property
+    def physics_round_ms(self) -> float:
+        return self.round_ms - self.prefill_ms
+
     @classmethod
     def of(cls, roof: Roofline) -> RooflineFigures:
         return cls.from_json(roof.to_dict())

@@ -78,14 +78,14 @@ class Outputs:
             r = same[0]
             roof = r.roofline
             assert roof is not None
-            physics = {k: v for k, v in roof.components_ms.items() if k != "prefill"}
+            physics = roof.physics
             batch = f" at batch {roof.batch}" if roof.batch > 1 else ""
-            measured = [f"{x.class_name} {x.roofline.components_ms['prefill']:.1f}" for x in same
-                        if x.roofline and x.roofline.components_ms.get("prefill")]
+            measured = [f"{x.class_name} {x.roofline.prefill_ms:.1f}" for x in same
+                        if x.roofline and x.roofline.prefill_ms]
             prefill = (f"; plus other requests' prefill per round, measured: "
                        f"{', '.join(measured)} ms" if measured else "")
             lines.append(f"roofline {r.model} ({basename(r.budget)}) on {r.hardware}{batch}: "
-                         f"{sum(physics.values()):.1f} ms per round = "
+                         f"{roof.physics_round_ms:.1f} ms per round = "
                          f"{components_line(physics)}, bound: {roof.bound}{prefill}")
         if self.settings.json_path:
             lines.append(f"specbound results: {Path(self.settings.json_path)}")

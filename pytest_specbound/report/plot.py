@@ -54,9 +54,11 @@ def _accept_panel(ax: Any, fig: Any, results: Sequence[ClassResult], title: str 
     for (budget, hw, batch), rs in groups.items():
         roof = rs[0].roofline
         assert roof is not None
-        round_ms = roof.round_ms
+        round_ms = roof.physics_round_ms  # a level's measured prefill differs per class
         xs = [1 + i * (roof.max_accept - 1) / 50 for i in range(51)]
         label = f"{Path(budget).stem} on {hw}" + (f", batch {batch}" if batch > 1 else "")
+        if any(r.roofline and r.roofline.prefill_ms for r in rs):
+            label += ", before others' prefill"
         ax.plot(xs, [x / round_ms * 1e3 for x in xs], label=f"roofline ({label})")
         effs = [r.min_efficiency for r in rs if r.min_efficiency]
         if effs:

@@ -135,3 +135,23 @@ def test_an_openai_usage_with_cached_tokens_is_read():
                                               "prompt_tokens_details": {"cached_tokens": 64}}})]
     r = backend.parse(StreamResult(0.0, events, True))
     assert (r.prompt_tokens, r.cached_prompt_tokens, r.computed_prompt_tokens) == (90, 64, 26)
+
+
+def test_the_summary_prints_the_physics_once_and_each_class_measured_prefill():
+    from pytest_specbound.gate.result import ClassResult
+    from pytest_specbound.gate.settings import resolve
+    from pytest_specbound.report.outputs import Outputs
+
+    comps = {"weights": 6.0, "kv_cache": 2.0, "compute": 13.0, "overhead": 0.5}
+    out = Outputs(resolve({}, {}, lambda name: None), lambda: None)
+    for name, prefill in (("coding", 2.5), ("chat", 4.0), ("long", 0.0)):
+        roof = {"round_ms": 21.5 + prefill, "batch": 4, "max_accept": 4,
+                "components_ms": {**comps, **({"prefill": prefill} if prefill else {})}}
+        out.results.append(ClassResult.from_json({
+            "budget": "b.toml", "class": name, "hardware": "cpu", "model": "m",
+            "roofline": roof, "concurrency": 4}))
+    (line,) = [x for x in out.summary_lines() if x.startswith("roofline m")]
+    assert line.startswith("roofline m (b.toml) on cpu at batch 4: 21.5 ms per round = ")
+    assert "prefill" not in line.split(", bound")[0]
+    assert line.endswith("plus other requests' prefill per round, measured: coding 2.5, "
+                         "chat 4.0 ms")
