@@ -6,33 +6,15 @@ import json
 
 import pytest
 
+from tests.integration.budgets import llama_budget
+
 pytestmark = pytest.mark.integration
 
 
 def budget(gguf_models, extra: str) -> str:
-    return f"""
-[model]
-gguf = "{gguf_models['target']}"
-
-[speculative]
-method = "draft"
-steps = 3
-draft_model = "{gguf_models['draft']}"
-
-[server]
-backend = "llamacpp"
-url = "http://unused.invalid:1"
-
-[roofline]
-threads = 1
-
-[classes.coding]
-prompts = "coding"
-max_tokens = 96
-accept = [1.8, 3.2]
-min_efficiency = 0.02
-{extra}
-"""
+    return llama_budget(gguf_models["target"], gguf_models["draft"],
+                        "max_tokens = 96\naccept = [1.8, 3.2]\nmin_efficiency = 0.02\n" + extra
+                        + "\n", roofline="threads = 1")
 
 
 def slots(launch_llama, n: int):

@@ -8,30 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.budgets import llama_budget
+
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def budget(model: Path, draft: Path, accept: str, min_eff: float, extra: str = "") -> str:
-    return f"""
-[model]
-gguf = "{model}"
-
-[speculative]
-method = "draft"
-steps = 3
-draft_model = "{draft}"
-
-[server]
-backend = "llamacpp"
-url = "http://unused.invalid:1"
-
-[classes.coding]
-prompts = "coding"
-max_tokens = 192
-accept = {accept}
-min_efficiency = {min_eff}
-{extra}"""
+    return llama_budget(model, draft, f"max_tokens = 192\naccept = {accept}\n"
+                                      f"min_efficiency = {min_eff}\n{extra}")
 
 
 @pytest.fixture

@@ -21,30 +21,15 @@ from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import per_request
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.roofline import Roofline
+from tests.integration.budgets import llama_budget
 
 pytestmark = pytest.mark.integration
 
 
 def budget_text(gguf_models: dict[str, Path], min_eff: float, accept: str | None = None) -> str:
     band = f"accept = {accept}\n" if accept else ""
-    return f"""
-[model]
-gguf = "{gguf_models['target']}"
-
-[speculative]
-method = "draft"
-steps = 3
-draft_model = "{gguf_models['draft']}"
-
-[server]
-backend = "llamacpp"
-url = "http://unused.invalid:1"
-
-[classes.coding]
-prompts = "coding"
-max_tokens = 96
-min_efficiency = {min_eff:.4f}
-{band}"""
+    return llama_budget(gguf_models["target"], gguf_models["draft"],
+                        f"max_tokens = 96\nmin_efficiency = {min_eff:.4f}\n{band}")
 
 
 @pytest.fixture(scope="module")

@@ -6,32 +6,16 @@ import json
 
 import pytest
 
+from tests.integration.budgets import llama_budget
+
 pytestmark = pytest.mark.integration
 
 
 def budget(gguf_models, server: str, steps: int = 3, extra: str = "") -> str:
-    return f"""
-[model]
-gguf = "{gguf_models['target']}"
-
-[speculative]
-method = "draft"
-steps = {steps}
-draft_model = "{gguf_models['draft']}"
-
-[server]
-backend = "llamacpp"
-{server}
-ready_timeout_s = 120
-
-[classes.coding]
-prompts = "coding"
-max_tokens = 64
-accept = [1.0, 4.0]
-min_efficiency = 0.01
-samples = 4
-{extra}
-"""
+    return llama_budget(gguf_models["target"], gguf_models["draft"],
+                        "max_tokens = 64\naccept = [1.0, 4.0]\nmin_efficiency = 0.01\n"
+                        f"samples = 4\n{extra}\n", steps=steps,
+                        server=f"{server}\nready_timeout_s = 120")
 
 
 def launch_line(llama_server_bin, gguf_models, n_max: int) -> str:
