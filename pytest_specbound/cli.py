@@ -280,6 +280,11 @@ def _measure_table(m: Measurement) -> str:
         lines.insert(3, f"concurrency {m.concurrency}: aggregate {_fmt(m.aggregate_tok_s, '.1f')}"
                         f" tok/s, {_fmt(m.co_decoding, '.1f')} decoding at once, "
                         f"{_fmt(m.in_flight, '.1f')} in flight")
+        prefill = m.others_prefill_tokens
+        lines.insert(4, "other requests' prompt tokens computed during a decode: "
+                        + (f"{prefill:.0f} on average" if prefill is not None else
+                           "not reported (the server does not say how much of a prompt it "
+                           "computed)"))
     lines += [f"note: {n}" for n in (m.clock_note(), m.server_clock_note(), m.untimed_note()) if n]
     lines += [f"failed: {r.error}" for r in m.failures]
     return "\n".join(lines)

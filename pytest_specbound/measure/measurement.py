@@ -99,6 +99,16 @@ class Measurement:
         return self._decode_weighted("co_decoding")
 
     @property
+    def others_prefill_tokens(self) -> float | None:
+        """Other requests' prompt tokens computed during a counted request's decode, on
+        average; None where no request says how many prompt tokens the server computed."""
+        pairs = self.timed_overlaps()
+        everyone = (*self.records, *self.untimed, *self.drained)
+        if not pairs or all(r.computed_prompt_tokens is None for r in everyone):
+            return None
+        return sum(o.prefill_tokens for _, o in pairs) / len(pairs)
+
+    @property
     def in_flight(self) -> float | None:
         """Requests in flight (sent, unfinished), time-weighted likewise."""
         return self._decode_weighted("in_flight")

@@ -153,3 +153,15 @@ def test_roofline_on_cpu_matches_the_servers_threads(capsys, monkeypatch):
     code, _, err = run(capsys, "roofline", "--hw", "h100", "--model", "llama-3.2-1b",
                        "--threads", "2")
     assert code == 2 and "--threads=2: only for --hw cpu" in err
+
+
+def test_measure_at_concurrency_prints_the_others_prefill(capsys):
+    from tests.servers.fake import FakeServer, Script
+
+    with FakeServer("llamacpp", Script(steps=[4] * 10, step_s=0.002)) as srv:
+        code, out, err = run(capsys, "measure", "--url", srv.url, "--backend", "llamacpp",
+                             "--samples", "6", "--max-tokens", "41", "--concurrency", "2")
+    assert code == 0, err
+    assert "concurrency 2: aggregate" in out
+    line = next(x for x in out.splitlines() if x.startswith("other requests' prompt tokens"))
+    assert line.endswith(" on average"), line  # the fake llama-server reports prompt_n

@@ -155,3 +155,10 @@ def test_the_summary_prints_the_physics_once_and_each_class_measured_prefill():
     assert "prefill" not in line.split(", bound")[0]
     assert line.endswith("plus other requests' prefill per round, measured: coding 2.5, "
                          "chat 4.0 ms")
+
+
+def test_a_level_says_when_no_server_field_tells_the_prompt_tokens_computed():
+    a, b = rec(0.0, 1.0, 2.0), rec(1.5, 0.5, 2.0, prompt=200)
+    assert Measurement("llamacpp", (a, b)).others_prefill_tokens == pytest.approx(100)
+    silent = [replace(r, cached_prompt_tokens=None) for r in (a, b)]
+    assert Measurement("vllm", tuple(silent)).others_prefill_tokens is None
