@@ -261,7 +261,8 @@ def run_class(
     hint = batching_hint(backend.name, backend.batching_setting, concurrency, served.slots,
                          served.sources.get("slots", ""))
     verdict = explained(judge(cls, m, roof, rule.last_decisions, batching=hint,
-                              resolution=rule.resolution),
+                              resolution=rule.resolution,
+                              cached_tokens=backend.cached_tokens_setting),
                         [*setting_findings(hw, served), *findings(telemetry)],
                         cls.require_no_throttle)
     return replace(running_result(base, m, rule, started), verdict=verdict, partial=False)

@@ -94,7 +94,8 @@ def batching_problem(m: Measurement, hint: str | None = None) -> str | None:
 
 def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
           decisions: Mapping[str, Decision] | None = None, final: bool = True,
-          batching: str | None = None, resolution: float | None = None) -> Verdict:
+          batching: str | None = None, resolution: float | None = None,
+          cached_tokens: str | None = None) -> Verdict:
     """Compare ``m`` with ``budget``.
 
     ``decisions``: each threshold's sequential test (:mod:`pytest_specbound.gate.rule`), keyed
@@ -103,7 +104,9 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
     are compared as they are (a fixed-count reading). ``final``: the measurement is complete (at
     a look during sampling, requests still in flight are not yet in the overlaps, so batching is
     judged only at the end); ``batching``: what to check when the server did not batch
-    (:func:`batching_hint`); ``resolution``: named in the evidence of an undecided threshold.
+    (:func:`batching_hint`); ``resolution``: named in the evidence of an undecided threshold;
+    ``cached_tokens``: the server flag that would let a level's floor count other requests'
+    prefill, named when a level above 1 fails on efficiency without it.
     """
     if m.failures:
         first = m.failures[0].error
@@ -177,6 +180,10 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
                        if budget.accept is not None and not drafter else "")
             lines.append(f"per round {round_ms:.1f} ms vs roofline {roof.round_ms:.1f} ms: "
                            f"the system slowed down{in_band}")
+            if m.concurrency > 1 and m.others_prefill_tokens is None:
+                flag = f" (launch it with {cached_tokens})" if cached_tokens else ""
+                lines.append("note: other requests' prefill is not in this floor: the server "
+                             f"does not say how much of each prompt it computed{flag}")
         elif s == "unsure":
             undecided.append(f"efficiency {efficiency:.2f} vs min {budget.min_efficiency:.2f}")
     if budget.min_tok_s is not None:

@@ -162,3 +162,14 @@ def test_a_level_says_when_no_server_field_tells_the_prompt_tokens_computed():
     assert Measurement("llamacpp", (a, b)).others_prefill_tokens == pytest.approx(100)
     silent = [replace(r, cached_prompt_tokens=None) for r in (a, b)]
     assert Measurement("vllm", tuple(silent)).others_prefill_tokens is None
+
+
+def test_a_failing_level_names_the_flag_that_would_count_the_others_prefill():
+    m, _, roof = level(prompt=400)
+    strict = ClassBudget("chat", "chat", 30, min_efficiency=0.95)
+    silent = replace(m, records=tuple(replace(r, cached_prompt_tokens=None) for r in m.records))
+    text = judge(strict, silent, roof, cached_tokens="--enable-prompt-tokens-details").text
+    assert ("note: other requests' prefill is not in this floor: the server does not say how "
+            "much of each prompt it computed (launch it with --enable-prompt-tokens-details)"
+            in text)
+    assert "prefill is not in this floor" not in judge(strict, m, roof).text  # it was counted

@@ -33,6 +33,9 @@ class Backend:
     chunks_are_steps = True  # one SSE chunk per verify step (stream_interval 1)
     drains_metrics = False  # True where reading the metrics resets them
     batching_setting: str | None = None  # the server flag that caps concurrent sequences
+    # the flag that makes the server report its prompt cache's hits per request (None: it always
+    # does, or cannot): without them other requests' prefill is left out of a level's floor
+    cached_tokens_setting: str | None = None
 
     # -- request -------------------------------------------------------------------------
     def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:

@@ -17,6 +17,7 @@ VERIFY_CALLS = "sglang:spec_verify_calls_total"
 class SGLang(Backend):
     name = "sglang"
     batching_setting = "--max-running-requests"
+    cached_tokens_setting = "--enable-cache-report"
     ready_paths = ("/health_generate",)
     metric_names = (GEN_TOKENS, VERIFY_CALLS)
 

@@ -26,6 +26,7 @@ DECODE_SUM = "vllm:request_decode_time_seconds_sum"  # histogram: per-request de
 class VLLM(Backend):
     name = "vllm"
     batching_setting = "--max-num-seqs"
+    cached_tokens_setting = "--enable-prompt-tokens-details"
     ready_paths = ("/health", "/v1/models")
     metric_names = (ACCEPTED, DRAFTS, GENERATED, DECODE_SUM)
 
