@@ -94,7 +94,8 @@ def overlaps(records: Sequence[RequestRecord],
             out.append(None)
             continue
         length = w[1] - w[0]
-        own = _Step([p], [_density(r, p)]).integral(*w) if (p := r.prefill_window) else 0.0
+        p = r.prefill_window  # its own prompt, where its window reaches into its decode
+        own = max(0.0, min(w[1], p[1]) - max(w[0], p[0])) * _density(r, p) if p else 0.0
         out.append(Overlap(load.integral(*w) / length, decoding.integral(*w) / length,
                            decoding.integral(*w, inverse=True),
                            max(0.0, prefill.integral(*w) - own)))
