@@ -1,12 +1,5 @@
-"""Root conftest: the plugin's own tests drive pytest through ``pytester``.
-
-The test session probes the CPU into a cache of its own (``SPECBOUND_CACHE_DIR``, inherited by
-the pytester subprocesses): no test reads a figure some earlier run left on the machine.
-"""
-
-import os
-import tempfile
-
-os.environ["SPECBOUND_CACHE_DIR"] = tempfile.mkdtemp(prefix="specbound-test-cache-")
+"""Root conftest: the plugin's own tests drive pytest through ``pytester`` (tests/conftest.py
+gives the test session a CPU-probe cache of its own; the README's demo, run from this folder,
+uses the user's cache like any other project)."""
 
 pytest_plugins = ["pytester"]

@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shlex
 import subprocess
-import time
 from pathlib import Path
 
-from pytest_specbound.physics.cpu_probe import MIN_CPU_SHARE, load_cache, save_cache
+from pytest_specbound.physics.cpu_probe import (
+    OtherWork,
+    Probe,
+    contended_note,
+    load_cache,
+    quietest,
+    save_cache,
+)
 
 BENCH_NAME = "llama-bench"
 SERVER_NAMES = ("llama-server", "server")
@@ -42,22 +47,18 @@ def bench_beside(launch: str | None) -> Path | None:
     return bench if bench.is_file() and os.access(bench, os.X_OK) else None
 
 
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _run_bench(bench: Path, gguf: Path, threads: int, tokens: int) -> tuple[float, float]:
-    """(tokens/s of the fastest repetition, CPU share of the bench's threads) from one run."""
-    cpu, wall = _children_cpu_s(), time.perf_counter()
+def _run_bench(bench: Path, gguf: Path, threads: int, tokens: int) -> Probe:
+    """The fastest repetition's tokens/s from one run, and the share of the host the rest of
+    the machine left it (the bench's own model load and start-up are its own work, not
+    contention)."""
+    others = OtherWork()
     done = subprocess.run(
         [str(bench), "-m", str(gguf), "-p", str(tokens), "-n", "0", "-t", str(threads),
          "-r", str(REPETITIONS), "-o", "json"],
         capture_output=True, text=True, timeout=TIMEOUT_S, check=True,
     )
-    share = (_children_cpu_s() - cpu) / max(1e-9, (time.perf_counter() - wall) * threads)
     (row,) = json.loads(done.stdout)
-    return max(float(s) for s in row["samples_ts"]), min(1.0, share)
+    return Probe(max(float(s) for s in row["samples_ts"]), others.share_left())
 
 
 def _identity(path: Path) -> str:
@@ -70,9 +71,9 @@ def kernel_tokens_per_s(
 ) -> tuple[float, str] | None:
     """(tokens per second, source): llama.cpp's forward over ``tokens`` tokens of ``gguf`` with
     ``threads`` threads, the fastest of a few repetitions. Cached per (threads, tokens, model
-    file, llama-bench build) beside the bandwidth probes; a run whose threads got less than 75%
-    of the CPU is used once and not cached. None when the bench cannot run: the roofline then
-    keeps the host's matmul probe."""
+    file, llama-bench build) beside the bandwidth probes; a run that other work contended is
+    taken again (:func:`quietest`), and used once and not cached if it stays contended. None
+    when the bench cannot run: the roofline then keeps the host's matmul probe."""
     tokens = max(1, tokens)
     try:
         key = f"kernel:{threads}:{tokens}:{_identity(gguf)}:{_identity(bench)}"
@@ -85,11 +86,10 @@ def kernel_tokens_per_s(
     if not refresh and isinstance(cached, (int, float)):
         return float(cached), source
     try:
-        rate, share = _run_bench(bench, gguf, threads, tokens)
+        probe = quietest(lambda: _run_bench(bench, gguf, threads, tokens))
     except (OSError, ValueError, KeyError, TypeError, subprocess.SubprocessError):
         return None
-    if share < MIN_CPU_SHARE:
-        return rate, source + (f" (contended: its threads got {share:.0%} of the CPU; not "
-                               "cached, measured again next run)")
-    save_cache({key: round(rate, 3)})
-    return rate, source
+    if probe.contended:
+        return probe.value, source + contended_note(probe)
+    save_cache({key: round(probe.value, 3)})
+    return probe.value, source
