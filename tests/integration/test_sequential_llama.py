@@ -37,6 +37,15 @@ def served(launch_llama):
     return launch_llama("target", "--spec-synth-len", "2.5", draft=True)
 
 
+@pytest.fixture(scope="module")
+def served_large(launch_llama):
+    """The 0.2 GB target: a request's time is the server's compute, as on a real deployment.
+    On the 4-layer target a request decodes in about 35 ms and the client's own jitter puts the
+    per-request noise at sd 0.11 (log efficiency), where the rule took 5-9 requests (median 5.5
+    over 12 blocks); here the noise is sd 0.03-0.07 and it took 5 in each of 10 blocks."""
+    return launch_llama("large", "--spec-synth-len", "2.5", draft=True)
+
+
 def run(tmp_path: Path, served, text: str, **options: str):
     path = tmp_path / "budget.toml"
     path.write_text(text)
@@ -88,12 +97,13 @@ def roofline_of(tmp_path: Path, gguf_models) -> Roofline:
     return roofline_for(load_budget(path), parse_hardware("cpu"), {})
 
 
-def test_a_floor_twenty_percent_under_the_truth_passes_in_six_requests(tmp_path, served,
+def test_a_floor_twenty_percent_under_the_truth_passes_in_six_requests(tmp_path, served_large,
                                                                        gguf_models):
-    roof = roofline_of(tmp_path, gguf_models)
+    models = {**gguf_models, "target": gguf_models["large"]}
+    roof = roofline_of(tmp_path, models)
     used = []
     for seed in range(3):
-        _, judged, truth = paired_block(tmp_path, served, gguf_models, 16, seed)
+        _, judged, truth = paired_block(tmp_path, served_large, models, 10, seed)
         floor = 0.8 * geometric_efficiency(truth, roof)
         status, n = replay(ClassBudget("coding", "coding", 96, min_efficiency=floor), roof,
                            judged)
