@@ -59,3 +59,19 @@ def setting_findings(hw: Hardware, served: Served) -> list[tuple[str, str]]:
                           f"({served.sources.get('eager', 'server')}): each forward pays its "
                           "kernel launches, which the roofline assumes graphs remove")]
     return []
+
+
+def beaten_cpu_ceiling(roof_hw: Hardware, efficiency: float | None) -> str | None:
+    """A server measured faster than this host's CPU roofline: a probe read slow (on a shared
+    host, a neighbour's load when it was cached). The host's cached probes are dropped so the
+    next run measures them again; the sentence says so. None on a GPU, under the ceiling, or
+    with the bandwidth set by ``SPECBOUND_CPU_BANDWIDTH_GBS``."""
+    if roof_hw.name != "cpu" or efficiency is None or efficiency <= 1.0 \
+            or "SPECBOUND_CPU_BANDWIDTH_GBS" in roof_hw.source:
+        return None
+    from pytest_specbound.physics.cpu_probe import forget_probes
+
+    again = "they are measured again next run" if forget_probes() else \
+        "they were measured in this run (the host's speed moved while it ran)"
+    return (f"note: the server ran above this host's roofline (efficiency {efficiency:.2f}): "
+            f"a CPU probe read slow; {again}")

@@ -10,7 +10,7 @@ from typing import Any
 
 from pytest_specbound.errors import ConfigError, ServerError
 from pytest_specbound.gate.budget import Budget, ClassBudget, ModelRef
-from pytest_specbound.gate.crosscheck import mismatches, setting_findings
+from pytest_specbound.gate.crosscheck import beaten_cpu_ceiling, mismatches, setting_findings
 from pytest_specbound.gate.measure_lock import exclusive_measurement
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
@@ -265,6 +265,11 @@ def run_class(
                               cached_tokens=backend.cached_tokens_setting),
                         [*setting_findings(hw, served), *findings(telemetry)],
                         cls.require_no_throttle)
+    beaten = beaten_cpu_ceiling(roof.hardware, verdict.efficiency)
+    if beaten:
+        verdict = replace(verdict, lines=(*verdict.lines, beaten))
+        if say:
+            say(beaten)
     return replace(running_result(base, m, rule, started), verdict=verdict, partial=False)
 
 

@@ -176,6 +176,17 @@ def save_cache(entries: dict[str, Any]) -> None:
                            "format": CACHE_FORMAT})
 
 
+def forget_probes() -> bool:
+    """Drop this host's cached figures (every probe runs again next time); whether any were
+    there. A cached figure taken while a shared host ran slow is a ceiling too low."""
+    cached = load_cache()
+    if not any(k not in ("host", "format") for k in cached):
+        return False
+    with contextlib.suppress(OSError):
+        write_json(CACHE, {"host": cached["host"], "format": cached["format"]})
+    return True
+
+
 def contended_note(probe: Probe) -> str:
     return (f" (contended: its threads got at most {probe.cpu_share:.0%} of the CPU in "
             f"{ATTEMPTS} tries; not cached, measured again next run)")
