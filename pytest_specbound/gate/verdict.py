@@ -186,23 +186,28 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
                              f"does not say how much of each prompt it computed{flag}")
         elif s == "unsure":
             undecided.append(f"efficiency {efficiency:.2f} vs min {budget.min_efficiency:.2f}")
-    if budget.min_tok_s is not None:
-        s = side("decode_tok_s", tok_s, budget.min_tok_s, None)
+    def system_limit(key: str, value: float, low: float | None, high: float | None,
+                     reason: Reason, failed: str, pending: str) -> bool:
+        """A plain system threshold: its failure line, or what is still undecided."""
+        s = side(key, value, low, high)
         if s == "bad":
-            system = True
-            reasons.append("tok_s_below_min")
-            lines.append(f"decode {tok_s:.1f} tok/s < min_tok_s {budget.min_tok_s:g}")
+            reasons.append(reason)
+            lines.append(failed)
         elif s == "unsure":
-            undecided.append(f"decode {tok_s:.1f} tok/s vs min {budget.min_tok_s:g}")
+            undecided.append(pending)
+        return s == "bad"
+
+    if budget.min_tok_s is not None:
+        system |= system_limit(
+            "decode_tok_s", tok_s, budget.min_tok_s, None, "tok_s_below_min",
+            f"decode {tok_s:.1f} tok/s < min_tok_s {budget.min_tok_s:g}",
+            f"decode {tok_s:.1f} tok/s vs min {budget.min_tok_s:g}")
     ttft = m.ttft_ms().median
     if budget.max_ttft_ms is not None and ttft is not None:
-        s = side("ttft_ms", ttft, None, budget.max_ttft_ms)
-        if s == "bad":
-            system = True
-            reasons.append("ttft_above_max")
-            lines.append(f"TTFT median {ttft:.0f} ms > max_ttft_ms {budget.max_ttft_ms:g}")
-        elif s == "unsure":
-            undecided.append(f"TTFT median {ttft:.0f} ms vs max {budget.max_ttft_ms:g}")
+        system |= system_limit(
+            "ttft_ms", ttft, None, budget.max_ttft_ms, "ttft_above_max",
+            f"TTFT median {ttft:.0f} ms > max_ttft_ms {budget.max_ttft_ms:g}",
+            f"TTFT median {ttft:.0f} ms vs max {budget.max_ttft_ms:g}")
     unbatched = batching_problem(m, batching) if final else None
     if unbatched:
         system = True
