@@ -18,8 +18,10 @@ from pytest_specbound.gate.verdict import Verdict, judge
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import (
     MISS_RATE,
+    SPREAD,
     chi2_quantile,
     decide,
+    log_evidence,
     outliers,
     transient,
     with_transient,
@@ -251,3 +253,48 @@ def test_accept_thresholds_at_the_physical_limits_hold_without_testing(roof):
     inner = ClassBudget("c", "chat", 64, accept=(1.0, roof.max_accept - 0.5))
     tested = decisions(inner, m, roof, 0.95, 0.05)["accept_high"]
     assert tested.estimate is not None and tested.n == 4  # a real test still runs
+
+
+@pytest.mark.parametrize("n", [1, 4, 30])
+def test_the_mixture_is_a_likelihood_ratio_of_mean_one_under_the_null(n):
+    """The closed form integrates to 1 against the null's density of the sum (N(0, n var)):
+    the property Ville's inequality needs, checked by quadrature over the sum."""
+    var, d = 0.04, 0.05
+    sd, steps = math.sqrt(n * var), 20000
+    lo, hi = -12 * sd, 12 * sd + n * (d + 8 * SPREAD)  # the alternatives' sums too
+    h = (hi - lo) / steps
+    total = 0.0
+    for i in range(steps + 1):
+        s = lo + i * h
+        log_density = -s * s / (2 * n * var) - math.log(math.sqrt(2 * math.pi * n * var))
+        w = 0.5 if i in (0, steps) else 1.0
+        total += w * h * math.exp(log_density + log_evidence(s, n, var, d))
+    assert total == pytest.approx(1.0, abs=1e-5)
+
+
+def test_the_point_alternative_alone_is_wald_sprt():
+    """With all the weight on the point alternative the evidence is Wald's log likelihood
+    ratio of mean d over mean 0."""
+    for total, n, var in ((0.3, 5, 0.01), (-0.2, 12, 0.09)):
+        d = 0.05
+        assert log_evidence(total, n, var, d, weight=1.0) == pytest.approx(
+            (d * total - n * d * d / 2) / var)
+
+
+def test_the_evidence_is_finite_for_requests_that_all_agree():
+    """Identical requests (no spread at all) give a finite, decisive answer, not a NaN."""
+    e = log_evidence(-0.7, 8, 1e-12, 0.05)
+    assert math.isfinite(e) and e < math.log(0.01)
+    assert decide([math.log(3 / 2.5)] * 8, 0.0125, 0.05).side == "ok"
+
+
+@pytest.mark.parametrize(("ratio", "side", "most"), [(1.8, "ok", 9), (0.6, "bad", 13)])
+def test_a_truth_far_from_its_threshold_is_decided_in_a_few_noisy_requests(ratio, side, most):
+    """An n-gram drafter's accept length varies a lot per request (log sd 0.35 here): a truth
+    80% above its floor, or 40% under it, is decided on average within a few requests (the
+    point test alone needed 14 and 23), and on the right side."""
+    rng = random.Random(4)
+    runs = [run(rng, math.log(ratio), lambda r: r.gauss(0, 0.35), alpha=0.0167, budget=200)
+            for _ in range(300)]
+    assert all(s == side for s, _ in runs)
+    assert sum(n for _, n in runs) / len(runs) <= most
