@@ -110,12 +110,14 @@ def _half_normal_tail(x: float) -> float:
 
 
 def log_evidence(total: float, n: int, var: float, d: float,
-                 weight: float = POINT_WEIGHT) -> float:
+                 weight: float | None = None) -> float:
     """log of the mixture likelihood ratio of "mean > 0" over "mean = 0" for ``n`` normal
-    observations of variance ``var`` summing to ``total``: ``weight`` on the mean ``d``,
-    the rest on a half-normal (scale ``SPREAD``) over means above 0. For the half-normal,
+    observations of variance ``var`` summing to ``total``: ``weight`` (default
+    ``POINT_WEIGHT``) on the mean ``d``, the rest on a half-normal (scale ``SPREAD``) over
+    means above 0. For the half-normal,
     ``integral exp((m S - n m^2 / 2) / v) 2 phi(m / t) / t dm = 2 / (t sqrt(a)) exp(b^2 / 2a)
     Phi(b / sqrt(a))`` with ``a = n / v + 1 / t^2`` and ``b = S / v``."""
+    weight = POINT_WEIGHT if weight is None else weight
     point = (d * total - n * d * d / 2) / var
     a = n / var + 1 / SPREAD**2
     spread = math.log(2 / (SPREAD * math.sqrt(a))) + _half_normal_tail(total / var / math.sqrt(a))
