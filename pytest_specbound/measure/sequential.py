@@ -97,8 +97,12 @@ def stated_noise(ys: Sequence[float]) -> float:
     """The per-request variance the test uses: the sample variance's upper confidence bound at
     level ``1 - NOISE_QUANTILE`` (an SPRT run with an overstated variance keeps its guarantee:
     its likelihood ratio is then a supermartingale under either hypothesis)."""
-    n = len(ys)
     _, sd = _mean_sd(ys)
+    return _variance_bound(sd, len(ys))
+
+
+def _variance_bound(sd: float, n: int) -> float:
+    """The upper confidence bound of :func:`stated_noise` for a sample sd over ``n`` requests."""
     return (n - 1) * sd * sd / chi2_quantile(NOISE_QUANTILE, n - 1)
 
 
@@ -179,8 +183,7 @@ def _more(n: int, mean: float, sd: float, d: float, alpha: float, beta: float) -
     z, bound = (mean + d, math.log(1 / beta)) if drift > 0 else (-mean, math.log(1 / alpha))
 
     def crosses(k: int) -> bool:  # the variance as the test would state it after k requests
-        var = (k - 1) * sd * sd / chi2_quantile(NOISE_QUANTILE, k - 1)
-        return log_evidence(k * z, k, var, d) >= bound
+        return log_evidence(k * z, k, _variance_bound(sd, k), d) >= bound
 
     hi = n + 1
     while not crosses(hi):
