@@ -28,10 +28,10 @@ Ville's bound and the error rates above hold unchanged; the point alternative's 
 by ``log(1 / POINT_WEIGHT)`` (about 4% more requests at H0 or H1, simulated) and a truth far from the
 threshold is decided in a few requests.
 
-The variance is unknown: each look estimates it and converts the known-variance boundary into a
-Student-t boundary at the same tail probability (the significance-level approach of Jennison and
-Turnbull, *Group Sequential Methods*, 2000, ch. 11); ``bench/verdict_cost.py`` checks the error
-rates this gives by simulation. A decision must also survive dropping the single request that
+The variance is unknown: each look uses the sample variance's upper confidence bound at level
+``1 - NOISE_QUANTILE`` (chi-square, :func:`stated_noise`), which keeps the likelihood ratio a
+supermartingale when the bound holds; ``bench/verdict_cost.py`` checks the error rates this
+gives by simulation. A decision must also survive dropping the single request that
 most favours it, so one stalled (or one lucky) request cannot decide a threshold on its own.
 """
 
