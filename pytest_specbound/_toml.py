@@ -1,7 +1,9 @@
-"""TOML loading with one-line errors that name the file and line."""
+"""User files as text (any byte-order mark an editor writes) and TOML loading, with one-line
+errors that name the file and line."""
 
 from __future__ import annotations
 
+import codecs
 import re
 import sys
 from pathlib import Path
@@ -15,14 +17,37 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML file; syntax errors become ``ConfigError`` naming file and line."""
+# longest first: a UTF-32 LE mark begins with the UTF-16 LE one
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+         (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def decode_text(raw: bytes, origin: str) -> str:
+    """A file a person edited, as text: UTF-8 with or without the byte-order mark some editors
+    write, or UTF-16/32 with one; anything else is a one-line error naming ``origin``."""
+    codec = next((name for bom, name in _BOMS if raw.startswith(bom)), "utf-8")
+    try:
+        return raw.decode(codec)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{origin}: not {codec.upper().replace('-SIG', '')} text (byte "
+                          f"{exc.start}: {raw[exc.start:exc.start + 1]!r}): save it as UTF-8"
+                          ) from None
+
+
+def read_text(path: str | Path, origin: str | None = None) -> str:
+    """Read a user's file with :func:`decode_text`; a file that cannot be read is a ConfigError."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    return loads_toml(text, str(p))
+        raise ConfigError(f"{origin or p}: cannot read: {exc.strerror or exc}") from None
+    return decode_text(raw, str(p))
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML file; syntax errors become ``ConfigError`` naming file and line."""
+    return loads_toml(read_text(path), str(path))
 
 
 def loads_toml(text: str, origin: str) -> dict[str, Any]:

@@ -253,8 +253,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
     else:
         print(_measure_table(m))
     if m.decode_tok_s is None or m.stop is Stop.UNTIMED:
-        print("specbound: error: " + (m.untimed_note() or "no request could be timed"),
-              file=sys.stderr)
+        why = m.untimed_note() if m.stop is Stop.UNTIMED else None
+        print("specbound: error: " + (why or m.failure_note() or m.untimed_note()
+                                      or "no request could be timed"), file=sys.stderr)
         return 1
     return 1 if m.failures else 0
 
@@ -285,7 +286,8 @@ def _measure_table(m: Measurement) -> str:
                         + (f"{prefill:.0f} on average" if prefill is not None else
                            "not reported (the server does not say how much of a prompt it "
                            "computed)"))
-    lines += [f"note: {n}" for n in (m.clock_note(), m.server_clock_note(), m.untimed_note()) if n]
+    lines += [f"note: {n}" for n in (m.clock_note(), m.server_clock_note(), m.untimed_note(),
+                                             m.chunked_note()) if n]
     lines += [f"failed: {r.error}" for r in m.failures]
     return "\n".join(lines)
 
@@ -336,6 +338,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from dataclasses import replace
     from pathlib import Path
 
+    from pytest_specbound._toml import read_text
     from pytest_specbound.atomic import write_text
     from pytest_specbound.gate.budget import load_budget
     from pytest_specbound.gate.calibrate import apply, describe, propose
@@ -352,7 +355,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                        {}, lambda name: None)
     budget = budget.for_hardware(hw.label)
     pool = ServerPool(Path(args.log_dir))
-    text = Path(args.budget).read_text(encoding="utf-8")
+    text = read_text(args.budget)
     new = text
     try:
         for name, cls in budget.classes.items():

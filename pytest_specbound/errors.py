@@ -18,6 +18,13 @@ class ServerError(SpecboundError):
 class RequestError(SpecboundError):
     """One request to the server failed; carries its cause."""
 
+    @property
+    def reason(self) -> str:
+        """The message without its leading ``METHOD /path: `` (what the server answered)."""
+        text = str(self)
+        head, sep, rest = text.partition(": ")
+        return rest if sep and head.split(" ")[0] in ("GET", "POST") else text
+
 
 def close_matches(word: str, choices: list[str], n: int = 5) -> list[str]:
     """Return up to ``n`` choices close to ``word`` (difflib), else the first few choices."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -323,8 +324,17 @@ class SpecboundSession:
         if not self.controller or not self._outputs:
             return
         interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
-        self._outputs.write_json(partial=interrupted)
-        self._outputs.write_extras()
+        from pytest_specbound.errors import SpecboundError
+
+        try:
+            self._outputs.write_json(partial=interrupted)
+            self._outputs.write_extras()
+        except (OSError, SpecboundError) as exc:  # checked at start; a disk can still fill up
+            where = f"{exc.filename}: " if isinstance(exc, OSError) and exc.filename else ""
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            sys.stderr.write(f"specbound: error: results not written: {where}{why}\n")
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
         if self._pool is not None:

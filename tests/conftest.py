@@ -1,8 +1,19 @@
-"""The test session probes the CPU into a cache of its own (``SPECBOUND_CACHE_DIR``, inherited
-by the pytester and server subprocesses): no test reads a figure some earlier run left on the
-machine. The folder is removed when the session ends."""
+"""Session-wide test set-up.
+
+The CPU probes go into a cache of this session's own (``SPECBOUND_CACHE_DIR``, inherited by the
+pytester and server subprocesses): no test reads a figure some earlier run left on the machine.
+The folder is removed when the session ends.
+
+Modules that refuse a second import in one process (numpy 2.4: "cannot load module more than once
+per process") are imported here, before any test runs. pytester's in-process runs snapshot
+``sys.modules`` and drop whatever an inner run imported, so a module first imported inside one
+(numpy through pytest-randomly's plugin, or through the CPU probe) would be imported again by the
+next inner run and fail it.
+"""
 
 import atexit
+import contextlib
+import importlib
 import os
 import shutil
 import tempfile
@@ -10,3 +21,11 @@ import tempfile
 _CACHE = tempfile.mkdtemp(prefix="specbound-test-cache-")
 os.environ["SPECBOUND_CACHE_DIR"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, True)
+
+for _name in ("numpy",):
+    with contextlib.suppress(ImportError):
+        importlib.import_module(_name)
+
+# what an inner pytester run reads as its ini: no cache folder, and the budgets' items in the
+# order written (pytest-randomly, where installed, would shuffle the inner run too)
+PYTESTER_INI = "[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_specbound._toml import key_line, loads_toml
+from pytest_specbound._toml import decode_text, key_line, loads_toml
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.settings import MAX_CONCURRENCY
 from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
@@ -196,8 +196,8 @@ def load_budget(path: str | Path, display: str | None = None) -> Budget:
         raw = p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    text = raw.decode("utf-8", "replace")
     name = display or str(p)
+    text = decode_text(raw, name)
     return parse_budget(loads_toml(text, name), p, text, hashlib.sha256(raw).hexdigest(), name)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +126,28 @@ def _existing_file(flag: str, text: str | None) -> str | None:
     return text or None
 
 
+def output_path(flag: str, text: str | None, folder: bool = False) -> Path | None:
+    """A file (or folder) the run will write, checked when the run starts: a results path that
+    cannot be written must not end a run after every class was measured."""
+    if not text:
+        return None
+    p = Path(text)
+    if folder and p.exists() and not p.is_dir():
+        raise ConfigError(f"{flag}={text}: is a file, not a folder")
+    if not folder and p.is_dir():
+        raise ConfigError(f"{flag}={text}: is a folder; name a file in it")
+    parent = p if folder else p.parent
+    existing = next((a for a in (parent, *parent.parents) if a.exists()), Path("."))
+    if not existing.is_dir():
+        raise ConfigError(f"{flag}={text}: cannot create the folder {parent}: {existing} is a "
+                          "file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}={text}: the folder {existing} is not writable")
+    if not folder and p.exists() and not os.access(p, os.W_OK):
+        raise ConfigError(f"{flag}={text}: the file is not writable")
+    return p
+
+
 def resolve(
     cli: Mapping[str, Any], env: Mapping[str, str], ini: Callable[[str], Any]
 ) -> Settings:
@@ -176,8 +199,7 @@ def resolve(
     min_samples = _int(origin("specbound_min_samples"), text("specbound_min_samples") or "4", 3)
 
     def path(name: str) -> Path | None:
-        value = text(name)
-        return Path(value) if value else None
+        return output_path(origin(name), text(name))
 
     return Settings(
         hw=hw.strip() if hw else None,
@@ -189,7 +211,8 @@ def resolve(
         json_path=path("specbound_json"),
         benchmark_json=path("specbound_benchmark_json"),
         plot=path("specbound_plot"),
-        log_dir=Path(text("specbound_log_dir") or ".specbound/logs"),
+        log_dir=output_path(origin("specbound_log_dir"), text("specbound_log_dir")
+                            or ".specbound/logs", folder=True) or Path(".specbound/logs"),
         samples=samples,
         min_samples=min(min_samples, max(samples, 3)),
         warmup=_int(origin("specbound_warmup"), text("specbound_warmup") or "1", 0),

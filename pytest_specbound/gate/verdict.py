@@ -21,6 +21,7 @@ Reason = Literal[
     "accept_below_band", "accept_above_band", "efficiency_below_min", "tok_s_below_min",
     "ttft_above_max", "not_batching", "throttled", "inconclusive",
     "accept_estimated", "clock_disagreement", "server_clock_used", "untimed_retried",
+    "stream_chunked",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 
@@ -234,7 +235,7 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
                      "exposes no accept statistics)")
     notes: tuple[tuple[Reason, str | None], ...] = (
         ("clock_disagreement", m.clock_note()), ("server_clock_used", m.server_clock_note()),
-        ("untimed_retried", m.untimed_note()))
+        ("untimed_retried", m.untimed_note()), ("stream_chunked", m.chunked_note()))
     for code, note in notes:
         if note:
             reasons.append(code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import enum
 import statistics
 from collections.abc import Sequence
@@ -184,6 +185,29 @@ class Measurement:
         return (f"{len(recs)} of {len(self.ok)} requests timed on the server's clock (the client's "
                 f"could not time them: {recs[0].client_untimed})")
 
+    def chunked_note(self) -> str | None:
+        """A sentence when the server sent several verify steps per event (a stream interval)."""
+        sizes = [r.tokens_per_event for r in self.ok if r.tokens_per_event]
+        if not sizes:
+            return None
+        return (f"the server sent up to {max(sizes)} tokens per event in {len(sizes)} of "
+                f"{len(self.ok)} requests (a stream interval, or a gateway that coalesces): each "
+                "event is timed as it arrived, TTFT when the first token's event did")
+
+    def failure_note(self) -> str | None:
+        """How many requests failed and the commonest error, in one line (None: none failed)."""
+        failed = self.failures
+        if not failed:
+            return None
+        errors = collections.Counter(r.error or "unknown error" for r in failed)
+        (common, times), *others = errors.most_common()
+        total = len(self.records)
+        text = f"{len(failed)} of {total} request{'s' * (total != 1)} failed: {common}"
+        if others:
+            text += f" ({times}x; {len(failed) - times} more with {len(others)} other error" \
+                    f"{'s' * (len(others) != 1)})"
+        return text
+
     def untimed_note(self) -> str | None:
         if not self.untimed:
             return None
@@ -233,6 +257,7 @@ class Measurement:
             "clock_note": self.clock_note(),
             "server_timed": self.server_timed,
             "server_clock_note": self.server_clock_note(),
+            "chunked_note": self.chunked_note(),
             "untimed": len(self.untimed),
             "untimed_note": self.untimed_note(),
             "server": self.info.to_json(),

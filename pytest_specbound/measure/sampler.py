@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -9,7 +10,7 @@ from typing import Any, Protocol
 
 from pytest_specbound.errors import RequestError
 from pytest_specbound.measure.measurement import Measurement, Stop
-from pytest_specbound.serving.backends.base import Backend, Prompt, burst_accept
+from pytest_specbound.serving.backends.base import Backend, Prompt, burst_accept, merged_decode_tokens
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.transport import ConnectFailed, Endpoint, StreamResult
 
@@ -48,21 +49,62 @@ class FixedCount:
         return n >= self.n
 
 
+def server_chunk(record: RequestRecord, max_accept: int) -> int | None:
+    """The most tokens one event of the server can carry, where its events carry more than one
+    verify step emits (a stream interval: vLLM and SGLang ``--stream-interval``, TensorRT-LLM
+    ``stream_interval``; a gateway that coalesces), else None.
+
+    The evidence is the server's own framing as the client received it: at least two decode
+    reads that each brought exactly one event, one of them with more than ``max_accept`` tokens.
+    An interval of N tokens sends when N have gathered, so an event carries N up to
+    N + ``max_accept`` - 1 (N: the smallest such event). A client that fell behind merges several
+    events into one read instead; a response buffered whole arrives in one read (no evidence
+    either way, so the verify step stays the unit).
+    """
+    if not record.chunk_reads:
+        return None
+    first = record.chunk_reads[0]
+    decode = [(n, r) for n, r in zip(record.chunk_tokens, record.chunk_reads, strict=True)
+              if r != first]
+    events_in = collections.Counter(r for _n, r in decode)
+    alone = [n for n, r in decode if events_in[r] == 1]
+    if len(alone) < 2 or max(alone) <= max_accept:
+        return None
+    full = [n for n in alone[:-1] if n > 1] or alone  # the last event carries what was left
+    return max(max(alone), min(full) + max_accept - 1)
+
+
 def untimed_reason(record: RequestRecord, max_accept: int) -> str | None:
     """Why the client's clock cannot time ``record``, or None when its timing is possible.
 
-    One socket read can carry at most one verify step's tokens when the client keeps up; more
-    decode tokens than ``max_accept`` per read means the client was not running while the server
-    streamed (descheduled on a busy machine, or a server that flushed its stream in one burst).
+    A read is stamped with the arrival of its newest bytes, and the decode is timed from the
+    first token's read to the last read (:func:`decode_seconds`). Where the kernel stamped every
+    read, a client that fell behind mid-stream merges reads without moving either end: only a
+    first read that also brought most of the decode leaves too little after it to time. Where
+    the reader stamped them, a late reader moves the ends too: then more decode tokens per read
+    than the server writes at once (one verify step, ``max_accept``, or one event of its stream
+    interval, :func:`server_chunk`) means the client was not running while the server streamed.
     """
     if record.ttft_s < LOOPBACK_FLOOR_S and record.completion_tokens:
         return (f"TTFT {record.ttft_s * 1e3:.3f} ms is under the loopback floor "
                 f"({LOOPBACK_FLOOR_S * 1e3:.2f} ms): the send was stamped late")
     tokens, reads = record.decode_tokens, record.decode_reads
-    if tokens > 0 and tokens > reads * max_accept:
+    if tokens <= 0:
+        return None
+    burst = "the client was not running while the server streamed, or the server sent its " \
+            "stream in one burst"
+    if record.kernel_stamped:
+        after = tokens - merged_decode_tokens(record.chunk_tokens, record.chunk_reads)
+        if 2 * after < tokens:
+            return (f"{tokens - after} of {tokens} decode tokens arrived in the first token's "
+                    f"socket read, {after} after it: too few to time the decode from; {burst}")
+        return None
+    chunk = record.tokens_per_event
+    if tokens > reads * max(max_accept, chunk or 0):
+        per = (f"at most {chunk} per event of the server's stream interval" if chunk else
+               f"at most {max_accept} per verify step")
         return (f"{tokens} decode tokens arrived in {reads} socket read{'s' * (reads != 1)} "
-                f"after the first token (at most {max_accept} per verify step): the client "
-                "was not running while the server streamed")
+                f"after the first token ({per}): {burst}")
     return None
 
 
@@ -106,7 +148,9 @@ class Sampler:
                 accept = self.backend.accept_from_deltas(delta)
                 if accept is not None:
                     record = replace(record, accept_length=accept, accept_source="metrics")
-        if record.accept_source not in ("server", "metrics"):
+        record = replace(record, tokens_per_event=server_chunk(record, self.max_accept))
+        if record.accept_source not in ("server", "metrics") and record.tokens_per_event is None:
+            # (events of a stream interval are not verify steps: no estimate from them)
             estimate = burst_accept(record.chunk_times_s, record.decode_tokens,
                                     self.backend.chunks_are_steps)
             if estimate is not None:

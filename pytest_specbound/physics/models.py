@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pytest_specbound._toml import loads_toml
+from pytest_specbound._toml import loads_toml, read_text
 from pytest_specbound.errors import ConfigError, close_matches
 from pytest_specbound.physics import dtypes
 from pytest_specbound.physics.geometry import Model, geometry_from_config
@@ -75,9 +75,7 @@ def load_model(spec: str, dtype: str | None = None, origin: str = "model") -> Mo
 
 def _read_json(path: Path, origin: str) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{origin}={path}: cannot read: {exc.strerror or exc}") from None
+        data = json.loads(read_text(path, f"{origin}={path}"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
     if not isinstance(data, dict):

@@ -21,7 +21,8 @@ class Progress:
     def line(self, m: Any) -> str:
         ok = [r for r in m.ok if r.decode_s > 0]
         rate = ratio_interval([float(r.decode_tokens) for r in ok], [r.decode_s for r in ok], 0.95)
-        parts = [f"specbound {self.nodeid}: {len(m.records)} requests"]
+        n = len(m.records)
+        parts = [f"specbound {self.nodeid}: {n} request{'s' * (n != 1)}"]
         if rate:
             half = (rate.high - rate.low) / 2
             parts.append(f"{rate.estimate:.1f} ± {half:.1f} tok/s" if half == half and

@@ -12,14 +12,15 @@ from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.backends.base import Backend
 from pytest_specbound.serving.backends.detect import identify
 from pytest_specbound.serving.server import LaunchSpec, Server, check_resolves, start_server
+from pytest_specbound.serving.transport import API_KEY_ENV, ApiKey
 
 DEFAULT_READY_TIMEOUT_S = 900.0
-API_KEY_ENV = "SPECBOUND_API_KEY"
 
 
-def api_key_from_env(name: str | None) -> str | None:
-    """The API key named by ``name`` (default ``SPECBOUND_API_KEY``); never printed."""
-    return os.environ.get(name or API_KEY_ENV) or None
+def api_key_from_env(name: str | None) -> ApiKey:
+    """The API key in the variable ``name`` (default ``SPECBOUND_API_KEY``); never printed."""
+    variable = name or API_KEY_ENV
+    return ApiKey(os.environ.get(variable) or None, variable)
 
 
 def placeholders() -> dict[str, str]:

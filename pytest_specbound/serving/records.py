@@ -25,6 +25,8 @@ class RequestRecord:
     chunk_times_s: tuple[float, ...] = ()  # since the request was sent
     chunk_tokens: tuple[int, ...] = ()
     chunk_reads: tuple[int, ...] = ()  # the socket read each chunk came in
+    tokens_per_event: int | None = None  # where the server streams several steps per event
+    kernel_stamped: bool = False  # each read timed by the kernel's receive stamp, not the reader
     server_decode_s: float | None = None  # the server's own decode window, where it reports one
     server_decode_tok_s: float | None = None
     accept_length: float | None = None  # tokens per verify step, bonus included

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specbound.errors import RequestError, ServerError
-from pytest_specbound.serving.transport import Endpoint
+from pytest_specbound.serving.transport import ApiKey, Endpoint, TLSFailed
 
 DEFAULT_HOST = "127.0.0.1"
 TAIL_LINES = 15
@@ -152,12 +152,12 @@ class Server:
         return self.process is not None
 
     @classmethod
-    def attach(cls, url: str, api_key: str | None = None, read_timeout_s: float = 120.0,
+    def attach(cls, url: str, api_key: ApiKey | str | None = None, read_timeout_s: float = 120.0,
                ca_bundle: str | None = None, origin: str = "url") -> Server:
         return cls(Endpoint(url, api_key, read_timeout_s, ca_bundle, origin=origin))
 
     @classmethod
-    def launch(cls, spec: LaunchSpec, log_dir: Path, api_key: str | None = None,
+    def launch(cls, spec: LaunchSpec, log_dir: Path, api_key: ApiKey | str | None = None,
                read_timeout_s: float = 120.0, name: str = "server") -> Server:
         """Start ``spec`` in its own process group, logging to ``log_dir/NAME-PORT.log``."""
         if spec.port is not None and port_in_use(spec.host, spec.port):
@@ -190,24 +190,32 @@ class Server:
         """Poll ``paths`` in order until each answers 200; fail fast if the process dies.
 
         Connection refused and HTTP 503 (a server still loading) are waited for; ``say`` gets
-        what the server answered last and the time left, at once and then every 15 s.
+        what the server answered last and the time left, every 15 s (at once when attaching:
+        a server we launched is expected to refuse for a while). What waiting cannot mend
+        fails at once: a certificate that does not verify, HTTP 401/403, a redirect.
         """
         start = time.monotonic()
         deadline = start + timeout_s
-        next_say = start
+        next_say = start + (SAY_EVERY_S if self.owned else 0.0)
         pending = list(paths)
         last = "no answer yet"
         while pending:
             self._check_alive()
             try:
-                status, body = self.endpoint.get(pending[0], timeout_s=2.0)
+                status, body, headers = self.endpoint.get_with_headers(pending[0], timeout_s=2.0)
+            except TLSFailed as exc:
+                raise ServerError(f"{self.url}: {exc}") from None
+            except RequestError as exc:
+                last = exc.reason
+            else:
                 if status == 200:
                     pending.pop(0)
                     continue
                 text = body[:120].decode("utf-8", "replace").strip().replace("\n", " ")
+                refused = self.endpoint.refusal("GET", pending[0], status, headers, text)
+                if refused is not None:
+                    raise ServerError(f"{self.url}: {refused}")
                 last = f"HTTP {status}" + (f" {text}" if text else "")
-            except RequestError as exc:
-                last = str(exc).split(": ", 1)[-1]
             now = time.monotonic()
             if say is not None and now >= next_say:
                 what = "launched server" if self.owned else "server"
@@ -266,7 +274,7 @@ class Server:
 
 
 def start_server(spec: LaunchSpec, ready_paths: Sequence[str], timeout_s: float, log_dir: Path,
-                 api_key: str | None = None, read_timeout_s: float = 120.0,
+                 api_key: ApiKey | str | None = None, read_timeout_s: float = 120.0,
                  name: str = "server", retries: int = 2,
                  say: Callable[[str], None] | None = None) -> Server:
     """Launch and wait until ready; if a free port we chose was taken meanwhile, try another."""

@@ -29,6 +29,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,10 +40,31 @@ from urllib3.connection import HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from pytest_specbound.errors import RequestError
+from pytest_specbound.serving.sse import body_decoder, split_events
 from pytest_specbound.serving.urls import is_loopback, split_url
 
 CONNECT_TIMEOUT_S = 10.0
 READ_SIZE = 1 << 16
+API_KEY_ENV = "SPECBOUND_API_KEY"
+CA_BUNDLE_CHOICES = ("--specbound-ca-bundle or [server] ca_bundle (specbound measure: --ca-bundle), "
+                     "or REQUESTS_CA_BUNDLE / SSL_CERT_FILE / SSL_CERT_DIR")
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """An API key and the environment variable it came from: the variable is named in errors,
+    the value never printed."""
+
+    value: str | None = field(default=None, repr=False)
+    variable: str = API_KEY_ENV
+
+    def refused(self, status: int) -> str:
+        """What to do about an HTTP 401/403, naming the variable."""
+        choose = "[server] api_key_env / --api-key-env name another variable"
+        if not self.value:
+            return (f"the server wants an API key and none was sent: set {self.variable} "
+                    f"({choose})")
+        return f"the server refused the API key in {self.variable} (HTTP {status}): check it ({choose})"
 
 
 class ConnectFailed(RequestError):
@@ -53,12 +75,24 @@ class Stalled(RequestError):
     """The server stopped sending for longer than the read timeout."""
 
 
+class TLSFailed(RequestError):
+    """The TLS handshake failed (a certificate that does not verify): waiting will not mend it."""
+
+
 class HTTPStatusError(RequestError):
     """The server answered with a status other than 200."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+class Unauthorized(HTTPStatusError):
+    """HTTP 401 or 403: the API key is missing or refused (waiting will not mend it)."""
+
+
+class NotAStream(RequestError):
+    """A 200 answer that is not an event stream (a gateway's page, a JSON body)."""
 
 
 @dataclass
@@ -69,6 +103,7 @@ class StreamResult:
     headers: dict[str, str] = field(default_factory=dict)
     read_of_event: list[int] = field(default_factory=list)  # which socket read completed each event
     streaming_cpu_s: float = 0.0  # this process's CPU from before the send to the stream's end
+    kernel_stamped: bool = False  # every read carries the kernel's receive time (not the reader's)
 
 
 # -- a receiver thread per connection ----------------------------------------------------
@@ -101,6 +136,7 @@ class _Receiver(threading.Thread):
         self.running = threading.Event()  # set just before the first recv
         self.started_at = time.perf_counter()
         self.kernel_stamps = _kernel_stamps(sock)
+        self.unstamped = 0  # reads that came without the kernel's receive time
 
     def start_reading(self) -> None:
         """Start the thread and return once it is about to block in its first ``recv``."""
@@ -127,6 +163,8 @@ class _Receiver(threading.Thread):
                     break
                 now = clock()
                 # the kernel's time, where it is one: never later than now (clock steps)
+                if stamp is None:
+                    self.unstamped += 1
                 times.append(min(now, stamp - wall_minus_mono) if stamp is not None else now)
                 chunks.append(data)  # deque appends are atomic; the reader re-checks under cond
                 if self.waiting:
@@ -306,7 +344,20 @@ def proxies_for(url: str) -> dict[str, str]:
 
 
 def ca_bundle_from_env() -> str | None:
-    return os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE") or None
+    """The CA bundle (a file, or a folder of hashed certificates) the environment names."""
+    return (os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
+            or os.environ.get("SSL_CERT_DIR") or None)
+
+
+def _verify_source(named: str | None) -> tuple[str | bool, str]:
+    """What https is verified with, and how to say so in an error."""
+    if named:
+        return named, f"the CA bundle {named}"
+    for variable in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"):
+        value = os.environ.get(variable)
+        if value:
+            return value, f"{variable}={value}"
+    return True, "certifi's CA bundle"
 
 
 def _session() -> requests.Session:
@@ -321,16 +372,17 @@ def _session() -> requests.Session:
 class Endpoint:
     """One server base URL. Every request opens a fresh connection (no stale keep-alive)."""
 
-    def __init__(self, base_url: str, api_key: str | None = None, read_timeout_s: float = 120.0,
-                 ca_bundle: str | None = None, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-                 origin: str = "url"):
+    def __init__(self, base_url: str, api_key: ApiKey | str | None = None,
+                 read_timeout_s: float = 120.0, ca_bundle: str | None = None,
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S, origin: str = "url"):
         self.base_url = base_url.rstrip("/")
         self.scheme, self.host, self.port = split_url(self.base_url, origin)
-        self.api_key = api_key
+        self.key = api_key if isinstance(api_key, ApiKey) else ApiKey(api_key)
+        self.api_key = self.key.value
         self.read_timeout_s = read_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.proxies = proxies_for(self.base_url)
-        self.verify: str | bool = ca_bundle or ca_bundle_from_env() or True
+        self.verify, self.verify_source = _verify_source(ca_bundle)
         self.session = _session()
 
     def clone(self) -> Endpoint:
@@ -381,11 +433,49 @@ class Endpoint:
             raise Stalled(f"{method} {path}: stalled: no response headers within "
                           f"{timeout[1]:g} s (read timeout)") from None
         except requests.exceptions.SSLError as exc:
-            raise ConnectFailed(f"{method} {path}: TLS failed: {_why(exc)}") from None
+            raise TLSFailed(f"{method} {path}: TLS failed: {_why(exc)}; {self._tls_hint(exc)}"
+                            ) from None
         except requests.exceptions.ConnectionError as exc:
             raise ConnectFailed(f"{method} {path}: connection failed: {_why(exc)}") from None
         except requests.exceptions.RequestException as exc:
             raise RequestError(f"{method} {path}: {_why(exc)}") from None
+
+    def _tls_hint(self, exc: BaseException) -> str:
+        why = _why(exc)
+        if "WRONG_VERSION_NUMBER" in why or "record layer failure" in why:
+            return f"the server at {self.host}:{self.port} does not speak TLS: use http://"
+        if "VERIFY_FAILED" in why:
+            return (f"its certificate does not verify against {self.verify_source}: name the "
+                    f"bundle that signed it with {CA_BUNDLE_CHOICES}")
+        return f"verified against {self.verify_source}"
+
+    def refusal(self, method: str, path: str, status: int, headers: Mapping[str, str],
+                body: str) -> HTTPStatusError | None:
+        """The error for an answer that waiting will not mend (401/403, a redirect), else None."""
+        if status in (401, 403):
+            return Unauthorized(f"{method} {path}: HTTP {status}: {self.key.refused(status)}",
+                                status)
+        if status in (301, 302, 303, 307, 308):
+            where = headers.get("location") or headers.get("Location") or "(no Location)"
+            return HTTPStatusError(f"{method} {path}: HTTP {status}: redirected to {where}: point "
+                                   "the URL there (a redirect is not followed: it would replay "
+                                   "the request)", status)
+        return None
+
+    def _status_error(self, resp: requests.Response, path: str) -> HTTPStatusError:
+        text = _error_text(resp.raw)[:300]
+        refused = self.refusal("POST", path, resp.status_code, resp.headers, text)
+        if refused is not None:
+            return refused
+        status = resp.status_code
+        if status == 429:
+            after = resp.headers.get("Retry-After")
+            return HTTPStatusError(
+                f"POST {path}: HTTP 429: rate-limited" + (f" (Retry-After: {after})" if after
+                                                          else "")
+                + f" by the server or a gateway in front of it: raise the limit for this client "
+                  f"or attach to the server itself: {text}", status)
+        return HTTPStatusError(f"POST {path}: HTTP {status}: {text}", status)
 
     def _release(self, resp: requests.Response) -> None:
         """Close the response and its connection: none is ever reused (a server that closes an
@@ -410,9 +500,10 @@ class Endpoint:
         reads: list[tuple[int, bytes]] = []  # (socket reads so far, body bytes)
         try:
             if resp.status_code != 200:
-                raise HTTPStatusError(f"POST {path}: HTTP {resp.status_code}: "
-                                      f"{_error_text(raw)[:300]}", resp.status_code)
+                raise self._status_error(resp, path)
             result = StreamResult(sent_at=sent, headers={k.lower(): v for k, v in resp.headers.items()})
+            _check_stream_type(result.headers, raw, path)
+            decoded = body_decoder(result.headers.get("content-encoding"), path)
             if receivers:
                 self._wait_settled(receivers[0], path)
             result.streaming_cpu_s = time.process_time() - cpu_before  # parsing comes after
@@ -425,6 +516,10 @@ class Endpoint:
                     data = read1(READ_SIZE)
                     if not data:
                         break
+                    if decoded is not None:
+                        data = decoded(data)
+                        if not data:
+                            continue
                     append((received.taken if received else 0, data))
             except (urllib3.exceptions.ReadTimeoutError, TimeoutError):
                 raise self._stalled(path, len(reads)) from None
@@ -434,8 +529,10 @@ class Endpoint:
         finally:
             self._release(resp)
         times = receivers[0].times if receivers else []
+        result.kernel_stamped = bool(receivers) and receivers[0].kernel_stamps and \
+            not receivers[0].unstamped
         timed = [(times[i - 1] if 0 < i <= len(times) else sent, i, data) for i, data in reads]
-        _split_events(timed, result)
+        split_events(timed, result)
         return result
 
     def _wait_settled(self, receiver: _Receiver, path: str) -> None:
@@ -452,10 +549,17 @@ class Endpoint:
 
     def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
         """A small GET (health, info, metrics): (status, body); connection errors raise."""
+        status, body, _headers = self.get_with_headers(path, timeout_s)
+        return status, body
+
+    def get_with_headers(self, path: str, timeout_s: float = 5.0
+                         ) -> tuple[int, bytes, dict[str, str]]:
+        """:meth:`get` with the answer's headers (lower-case names)."""
         resp = self._open("GET", path, (min(timeout_s, self.connect_timeout_s), timeout_s), None,
                           False)
         try:
-            return resp.status_code, resp.content
+            return (resp.status_code, resp.content,
+                    {k.lower(): v for k, v in resp.headers.items()})
         except requests.exceptions.RequestException as exc:
             raise RequestError(f"GET {path}: {_why(exc)}") from None
         finally:
@@ -469,6 +573,19 @@ class Endpoint:
             return json.loads(body)
         except ValueError:
             return None
+
+
+def _check_stream_type(headers: Mapping[str, str], raw: Any, path: str) -> None:
+    """A 200 answer that is a page or one JSON body, not an event stream, is named as such."""
+    kind = headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind not in ("application/json", "text/html"):
+        return
+    text = _error_text(raw)
+    if kind == "text/html":
+        raise NotAStream(f"POST {path}: the answer is an HTML page (text/html), not an event "
+                         f"stream: a gateway's page? {text[:160]}")
+    raise NotAStream(f"POST {path}: the answer is one JSON body (application/json), not an event "
+                     f"stream (stream=true dropped by a gateway?): {text[:200]}")
 
 
 def _error_text(raw: Any) -> str:
@@ -499,126 +616,3 @@ def _why(exc: BaseException) -> str:
         inner = nxt
     text = str(inner).replace("\n", " ")
     return f"{type(inner).__name__}: {text}" if text else type(inner).__name__
-
-
-def _split_events(reads: list[tuple[float, int, bytes]], result: StreamResult) -> None:
-    """Split the stream into events, each stamped with the read that brought its end.
-
-    Every server this measures sends one ``data:`` line per event; such a stream is decoded with a
-    handful of C-level passes (count the event ends per read, one ``json.loads`` of all payloads as
-    a JSON array), a microsecond or less per event. Anything else (comments, multi-line data, named
-    events, a payload that does not parse) goes through the event-by-event path.
-    """
-    stream, bounds = _normalised(reads)
-    cut = stream.rfind(b"\n\n") + 2  # complete events end here; what follows is unterminated
-    body, tail = (stream[:cut], stream[cut:]) if cut >= 2 else (b"", stream)
-    if not _one_data_line_each(body) or not _decode_fast(body, bounds, reads, result):
-        _decode_each(body.split(b"\n\n")[:-1], bounds, reads, result)
-    if tail.strip() and not result.done:
-        raise RequestError(
-            f"truncated stream: {len(result.events)} events, then an unterminated one "
-            f"({tail[:80]!r})"
-        )
-
-
-def _normalised(reads: list[tuple[float, int, bytes]]) -> tuple[bytes, list[int]]:
-    """The stream with CRLF as LF, and where each read ends in it."""
-    pieces, bounds, total = [], [], 0
-    held_cr = False  # a CRLF can be split across two reads: hold a trailing CR back
-    for _arrived, _read_no, data in reads:
-        if held_cr:
-            data = b"\r" + data
-        held_cr = data.endswith(b"\r")
-        if held_cr:
-            data = data[:-1]
-        if b"\r" in data:
-            data = data.replace(b"\r\n", b"\n")
-        pieces.append(data)
-        total += len(data)
-        bounds.append(total)
-    return b"".join(pieces), bounds
-
-
-def _one_data_line_each(body: bytes) -> bool:
-    events = body.count(b"\n\n")
-    return (events > 0 and body.startswith(b"data:") and body.count(b"\n") == 2 * events
-            and body.count(b"\n\ndata:") == events - 1)
-
-
-def _decode_fast(body: bytes, bounds: list[int], reads: list[tuple[float, int, bytes]],
-                 result: StreamResult) -> bool:
-    """Decode a stream of single-line data events; False where the event-by-event path must."""
-    last = body.rfind(b"\n\ndata:", 0, len(body) - 2)
-    last = last + 2 if last >= 0 else 0  # where the last event starts
-    done = body[last + 5:-2].strip() == b"[DONE]"
-    events = body[:last] if done else body
-    if b"[DONE]" in events:
-        return False  # [DONE] before the end, or inside a payload: let the slow path judge
-    try:  # the payloads, comma-separated, as one JSON array
-        objs = json.loads(b"[" + events[5:-2].replace(b"\n\ndata:", b",") + b"]") if events else []
-    except ValueError:
-        return False
-    times: list[float] = []
-    numbers: list[int] = []
-    start, limit = 0, len(body)
-    for (arrived, read_no, _data), bound in zip(reads, bounds, strict=True):
-        hi = min(bound, limit)
-        if hi > start:  # event ends whose second newline came with this read
-            n = body.count(b"\n\n", max(start - 1, 0), hi)
-            times += [arrived - result.sent_at] * n
-            numbers += [read_no] * n
-        start = bound
-    if done:
-        del times[-1], numbers[-1]
-    if len(objs) != len(times):  # a payload that was two values, or none
-        return False
-    if b'"error"' in body:
-        for obj in objs:
-            _raise_on_error(obj)
-    result.done = result.done or done
-    result.events += zip(times, objs, strict=True)
-    result.read_of_event += numbers
-    return True
-
-
-def _decode_each(parts: list[bytes], bounds: list[int], reads: list[tuple[float, int, bytes]],
-                 result: StreamResult) -> None:
-    end, j = -1, 0
-    for index, raw in enumerate(parts, start=1):
-        end += len(raw) + 2  # the offset of the blank line's second newline
-        while bounds[j] <= end:
-            j += 1
-        payload = _payload(raw)
-        if payload is None:
-            continue
-        if payload == b"[DONE]":
-            result.done = True
-            continue
-        obj = _decode(payload, index)
-        _raise_on_error(obj)
-        result.events.append((reads[j][0] - result.sent_at, obj))
-        result.read_of_event.append(reads[j][1])
-
-
-def _raise_on_error(obj: Any) -> None:
-    if isinstance(obj, dict) and "error" in obj and not obj.get("choices"):
-        err = obj["error"]
-        msg = err.get("message", err) if isinstance(err, dict) else err
-        raise RequestError(f"server error in stream: {str(msg)[:200]}")
-
-
-def _payload(raw: bytes) -> bytes | None:
-    """The data of one event (its ``data:`` lines joined), or None for comments and keep-alives."""
-    lines = [ln[5:].strip() for ln in raw.split(b"\n") if ln.startswith(b"data:")]
-    if not lines:
-        if raw.startswith(b"error:") or b"\nerror:" in raw:
-            raise RequestError(f"server sent an error event: {raw[:200].decode('utf-8', 'replace')}")
-        return None
-    return b"\n".join(lines)
-
-
-def _decode(payload: bytes, index: int) -> Any:
-    try:
-        return json.loads(payload)
-    except ValueError as exc:
-        raise RequestError(f"malformed JSON in event {index}: {exc} ({payload[:80]!r})") from None

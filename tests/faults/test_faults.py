@@ -21,6 +21,7 @@ from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.backends.base import Prompt
 from pytest_specbound.serving.server import LaunchSpec, Server, start_server
 from pytest_specbound.serving.transport import Endpoint
+from tests.conftest import PYTESTER_INI
 from tests.servers.fake import FakeServer, Script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,6 +122,7 @@ ready_timeout_s = 120
 
 
 def _pytester_budget(pytester, text):
+    pytester.makeini(PYTESTER_INI)
     (pytester.path / "budgets").mkdir(exist_ok=True)
     (pytester.path / "budgets" / "g.toml").write_text(text)
 
@@ -298,6 +300,7 @@ def test_api_key_never_appears_in_any_output(pytester, monkeypatch):
     monkeypatch.setenv("SPECBOUND_API_KEY", secret)
     with FakeServer("vllm", Script(fault="http400")) as bad, \
             FakeServer("vllm", Script(step_s=0.007)) as good:
+        pytester.makeini(PYTESTER_INI)
         (pytester.path / "budgets").mkdir()
         (pytester.path / "budgets" / "bad.toml").write_text(_budget(f'url = "{bad.url}"'))
         (pytester.path / "budgets" / "good.toml").write_text(_budget(f'url = "{good.url}"'))

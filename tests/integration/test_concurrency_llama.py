@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.conftest import PYTESTER_INI
 from tests.integration.budgets import llama_budget
 
 pytestmark = pytest.mark.integration
@@ -24,6 +25,7 @@ def slots(launch_llama, n: int):
 
 
 def run(pytester, server, gguf_models, extra: str):
+    pytester.makeini(PYTESTER_INI)
     (pytester.path / "budgets").mkdir(exist_ok=True)
     (pytester.path / "budgets" / "llama.toml").write_text(budget(gguf_models, extra))
     result = pytester.runpytest("--specbound-hw=cpu", f"--specbound-url={server.url}",

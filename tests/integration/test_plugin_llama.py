@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import PYTESTER_INI
 from tests.integration.budgets import llama_budget
 
 pytestmark = pytest.mark.integration
@@ -25,6 +26,7 @@ def synth25(launch_llama):
 
 
 def run(pytester, synth25, gguf_models, accept, min_eff, *args, extra: str = ""):
+    pytester.makeini(PYTESTER_INI)
     (pytester.path / "budgets").mkdir(exist_ok=True)
     (pytester.path / "budgets" / "llama.toml").write_text(
         budget(gguf_models["target"], gguf_models["draft"], accept, min_eff, extra))

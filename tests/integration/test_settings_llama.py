@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.conftest import PYTESTER_INI
 from tests.integration.budgets import llama_budget
 
 pytestmark = pytest.mark.integration
@@ -25,6 +26,7 @@ def launch_line(llama_server_bin, gguf_models, n_max: int) -> str:
 
 
 def run(pytester, text: str, *args):
+    pytester.makeini(PYTESTER_INI)
     (pytester.path / "budgets").mkdir(exist_ok=True)
     (pytester.path / "budgets" / "llama.toml").write_text(text)
     result = pytester.runpytest("--specbound-hw=cpu", "--specbound-json=r.json", "budgets/", *args)

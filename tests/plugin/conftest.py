@@ -9,6 +9,7 @@ import pytest
 # anew: its module snapshot drops what an inner run imported, and a second run then mixes two
 # generations of http.cookiejar inside requests ("You can only merge into CookieJar").
 import pytest_specbound.serving.transport  # noqa: F401
+from tests.conftest import PYTESTER_INI
 from tests.servers.fake import FakeServer, Script
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ def pytester_env(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("SPECBOUND_HW", raising=False)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     monkeypatch.syspath_prepend(str(ROOT))
-    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
+    pytester.makeini(PYTESTER_INI)
     return pytester
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULTS = ("die", "stall", "truncate", "badjson", "http400", "http500", "nometrics")
+FAULTS = ("die", "stall", "truncate", "badjson", "http400", "http500", "nometrics",
+          "streamerror", "redirect", "ratelimit", "json200", "html200")
 
 
 @dataclass
@@ -30,6 +31,12 @@ class Script:
     ready_after_s: float = 0.0
     burst: bool = False  # write the whole stream at the end in one go (a server that buffers)
     slots: int | None = None  # generation requests served at once; the rest wait (llama -np)
+    # vLLM/SGLang --stream-interval: the first token at once, then an event when this many have
+    # gathered (so N to N + accept - 1 tokens each), the rest when the request ends
+    stream_interval: int = 1
+    encoding: str | None = None  # a gateway that compresses the stream (gzip, deflate, br) anyway
+    api_key: str | None = None  # vLLM --api-key: /v1/* needs "Authorization: Bearer KEY"
+    auth_all: bool = False  # a gateway in front: every route needs the key, /health too
 
     @property
     def completion_tokens(self) -> int:
@@ -138,10 +145,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
+        if self.s.encoding:
+            import zlib
+
+            self.send_header("Content-Encoding", self.s.encoding)
+            wbits = {"gzip": 31, "deflate": 15}.get(self.s.encoding)
+            self._gzip = zlib.compressobj(6, zlib.DEFLATED, wbits) if wbits else None
         self.end_headers()
         self._events = 0
 
     def _write(self, raw: bytes) -> None:
+        if getattr(self, "_gzip", None):  # nginx's gzip on a stream: a sync flush per event
+            import zlib
+
+            raw = self._gzip.compress(raw) + self._gzip.flush(zlib.Z_SYNC_FLUSH)
         data = f"{len(raw):x}\r\n".encode() + raw + b"\r\n"
         if self.s.burst:
             self._held = getattr(self, "_held", b"") + data
@@ -163,6 +180,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._write(b'data: {"choices": [{"te')
                 self.wfile.write(b"0\r\n\r\n")
                 raise ConnectionAbortedError
+            if fault == "streamerror":  # vLLM's error event, then the end of the stream
+                self._write(b'data: {"error": {"object": "error", "message": "CUDA out of memory. '
+                            b'Tried to allocate 2.00 GiB", "type": "InternalServerError", '
+                            b'"code": 500}}\n\n')
+                self._end_sse()
+                raise ConnectionAbortedError
             if fault == "badjson":
                 self._write(b"data: {not json}\n\n")
                 self._end_sse()
@@ -171,6 +194,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._write(f"data: {payload}\n\n".encode())
 
     def _end_sse(self) -> None:
+        if getattr(self, "_gzip", None):
+            tail = self._gzip.flush()
+            self._held = getattr(self, "_held", b"") + f"{len(tail):x}\r\n".encode() + tail + b"\r\n"
         self.wfile.write(getattr(self, "_held", b"") + b"0\r\n\r\n")
         self._held = b""
         self.wfile.flush()
@@ -184,6 +210,33 @@ class _Handler(BaseHTTPRequestHandler):
         time.sleep(self.s.ttft_s)
         return [1, *self.s.steps]
 
+    def _emissions(self) -> list[int]:
+        """Tokens per event under the stream interval, 0 for a step that sends nothing (vLLM's
+        output processor: the first token, then every N gathered, then what is left)."""
+        sched = self._schedule()
+        n = self.s.stream_interval
+        if n <= 1:
+            return sched
+        out, held = [], 0
+        for i, k in enumerate(sched):
+            held += k
+            if i == 0 or held >= n or i == len(sched) - 1:
+                out.append(held)
+                held = 0
+            else:
+                out.append(0)
+        return out
+
+    def _refused(self) -> bool:
+        """Answer 401 where the key is wanted and missing or wrong (as vLLM's --api-key does)."""
+        key = self.s.api_key
+        if key is None or not (self.s.auth_all or self.path.startswith("/v1")):
+            return False
+        if self.headers.get("Authorization") == f"Bearer {key}":
+            return False
+        self._json({"error": "Unauthorized"}, 401)
+        return True
+
     def _ready(self) -> bool:
         return time.monotonic() - self.server_ref.started >= self.s.ready_after_s
 
@@ -191,6 +244,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         fam = self.server_ref.family
         path = self.path
+        if self._refused():
+            return
         if not self._ready() and fam == "llamacpp":
             self._json({"error": {"code": 503, "message": "Loading model",
                                   "type": "unavailable_error"}}, 503)
@@ -268,7 +323,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self._body()
-        self.server_ref.requests.append({"path": self.path, "body": body})
+        self.server_ref.requests.append({"path": self.path, "body": body,
+                                         "headers": dict(self.headers.items())})
+        if self._refused():
+            return
+        if self._gateway_fault():
+            return
         if self.s.fault == "http500":
             self._json({"error": {"message": "CUDA out of memory", "code": 500}}, 500)
             return
@@ -308,6 +368,36 @@ class _Handler(BaseHTTPRequestHandler):
                     slots.release()
         except (ConnectionAbortedError, BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+    def _gateway_fault(self) -> bool:
+        """What a gateway in front of the server answers instead of the stream."""
+        fault = self.s.fault
+        if fault == "redirect":
+            self.send_response(307)
+            self.send_header("Location", "https://gateway.example/v1/completions")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif fault == "ratelimit":
+            body = b'{"error": "rate limit exceeded"}'
+            self.send_response(429)
+            self.send_header("Retry-After", "30")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif fault == "json200":  # a gateway that dropped stream=true
+            self._json({"id": "cmpl-1", "choices": [{"index": 0, "text": "y" * 41}],
+                        "usage": {"prompt_tokens": 12, "completion_tokens": 41}})
+        elif fault == "html200":  # a single-sign-on proxy's login page
+            body = b"<html><head><title>Sign in - Corporate SSO</title></head><body></body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            return False
+        return True
 
     # -- families ----------------------------------------------------------------------
     def _count(self) -> None:
@@ -356,10 +446,12 @@ class _Handler(BaseHTTPRequestHandler):
         """Cumulative text and completion_tokens on every chunk; spec fields on the last one."""
         self._start_sse()
         total = 0
-        sched = self._schedule()
+        sched = self._emissions()
         for i, n in enumerate(sched):
             if i:
                 time.sleep(self.s.step_s)
+            if not n:
+                continue
             total += n
             meta: dict[str, Any] = {"id": "r1", "prompt_tokens": 12, "completion_tokens": total,
                                     "finish_reason": None}
@@ -389,13 +481,13 @@ class _Handler(BaseHTTPRequestHandler):
         decoded_iters = 0
         per_token = fam == "llamacpp"  # llama-server sends one event per token on every route
         start = time.perf_counter()
-        for i, k in enumerate(self._schedule()):
+        for i, k in enumerate(self._schedule() if per_token else self._emissions()):
             if i:
                 time.sleep(self.s.step_s)
                 decoded_iters += 1
             else:
                 start = time.perf_counter()
-            for n in [1] * k if per_token else [k]:
+            for n in [1] * k if per_token else [k] if k else []:
                 total += n
                 self._oai_chunk(body, chat, continuous, n, total, decoded_iters)
         self.server_ref.counters.add("decode_s", time.perf_counter() - start)
@@ -483,6 +575,7 @@ def main() -> None:
     parser.add_argument("--model", default="test-model")
     parser.add_argument("--step-s", type=float, default=0.004)
     parser.add_argument("--ready-after-s", type=float, default=0.0)
+    parser.add_argument("--stream-interval", type=int, default=1)
     parser.add_argument("--child", action="store_true", help="also start a child process")
     args = parser.parse_args()
     if args.launches:
@@ -494,7 +587,7 @@ def main() -> None:
 
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     script = Script(fault=args.fault, model=args.model, step_s=args.step_s,
-                    ready_after_s=args.ready_after_s)
+                    ready_after_s=args.ready_after_s, stream_interval=args.stream_interval)
     server = FakeServer(args.family, script)
     server.httpd.server_close()
     server.httpd = ThreadingHTTPServer((args.host, args.port), server.httpd.RequestHandlerClass)

@@ -38,4 +38,4 @@ def test_first_line_goes_out_at_once_whatever_the_uptime(monkeypatch, uptime_s):
     p = Progress(lambda text, rewrite: out.append(text), "n", False, every_s=3600)
     for n in (1, 2, 3):
         p.update(m(n))
-    assert [t.split(":")[1].split(",")[0].strip() for t in out] == ["1 requests", "3 requests"]
+    assert [t.split(":")[1].split(",")[0].strip() for t in out] == ["1 request", "3 requests"]

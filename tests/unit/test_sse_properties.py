@@ -10,12 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_specbound.errors import RequestError
-from pytest_specbound.serving.transport import (
-    StreamResult,
-    _decode_fast,
-    _normalised,
-    _split_events,
-)
+from pytest_specbound.serving.sse import _decode_fast, _normalised, split_events
+from pytest_specbound.serving.transport import StreamResult
 
 OBJECTS = st.dictionaries(st.sampled_from(["text", "id", "n"]),
                           st.one_of(st.integers(), st.text(max_size=8)), max_size=3)
@@ -54,7 +50,7 @@ def check(events: list[tuple[dict | None, list[bytes]]], sizes: list[int], crlf:
         stream, bounds = _normalised(reads)
         assert _decode_fast(stream, bounds, reads, result)
     else:
-        _split_events(reads, result)
+        split_events(reads, result)
     expected = [obj for obj, _ in events if obj is not None]
     assert [obj for _, obj in result.events] == expected
     assert result.done is done
@@ -94,10 +90,10 @@ def test_any_event_shapes_any_split(events, sizes, crlf, done):
 ])
 def test_bad_streams_name_the_event(stream, message):
     with pytest.raises(RequestError, match=message):
-        _split_events([(1.0, 1, stream)], StreamResult(sent_at=0.0))
+        split_events([(1.0, 1, stream)], StreamResult(sent_at=0.0))
 
 
 def test_done_in_the_middle_keeps_later_events():
     result = StreamResult(sent_at=0.0)
-    _split_events([(1.0, 1, b'data: [DONE]\n\ndata: {"a": 1}\n\n')], result)
+    split_events([(1.0, 1, b'data: [DONE]\n\ndata: {"a": 1}\n\n')], result)
     assert result.done and [obj for _, obj in result.events] == [{"a": 1}]

@@ -7,6 +7,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pytest_specbound._toml import read_text
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.serving.backends.base import Prompt
 
@@ -24,11 +25,7 @@ def load_prompts(name: str, origin: str = "prompts") -> list[Prompt]:
         raise ConfigError(
             f"{origin}={name!r}: unknown prompt set; valid: {', '.join(BUILTIN)} or a .jsonl file"
         )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{origin}={name}: cannot read: {exc.strerror or exc}") from None
-    return _parse(text, str(path))
+    return _parse(read_text(path, f"{origin}={name}"), str(path))
 
 
 def default_max_tokens(name: str) -> int:

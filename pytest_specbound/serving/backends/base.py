@@ -124,7 +124,8 @@ class Backend:
             prompt_tokens=prompt_tokens, completion_tokens=completion, cached_prompt_tokens=cached,
             ttft_s=times[0] if times else 0.0,
             decode_s=decode_seconds(times, tokens, chunk_reads, completion - 1),
-            chunk_times_s=tuple(times), chunk_tokens=tuple(tokens), chunk_reads=tuple(chunk_reads))
+            chunk_times_s=tuple(times), chunk_tokens=tuple(tokens), chunk_reads=tuple(chunk_reads),
+            kernel_stamped=result.kernel_stamped)
         return self.server_fields(result.events, record)
 
     # -- accept fallbacks ----------------------------------------------------------------
@@ -193,13 +194,18 @@ def decode_seconds(times: Sequence[float], tokens: Sequence[int], reads: Sequenc
     if not times:
         return 0.0
     span = times[-1] - times[0]
-    first = reads[0] if reads else None
-    merged = sum(n for n, r in zip(tokens, reads, strict=False) if r == first) - 1 \
-        if first is not None else 0
+    merged = merged_decode_tokens(tokens, reads)
     after = decode_tokens - merged
     if merged <= 0 or after <= 0 or span <= 0:
         return span
     return span * decode_tokens / after
+
+
+def merged_decode_tokens(tokens: Sequence[int], reads: Sequence[int]) -> int:
+    """Decode tokens that came in the first token's socket read (0 when it brought only that)."""
+    if not reads:
+        return 0
+    return max(0, sum(n for n, r in zip(tokens, reads, strict=False) if r == reads[0]) - 1)
 
 
 def tokens_per_forward(decode_tokens: float, accepted_drafts: float) -> float | None:
