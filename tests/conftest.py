@@ -16,7 +16,10 @@ import contextlib
 import importlib
 import os
 import shutil
+import subprocess
 import tempfile
+
+import pytest
 
 _CACHE = tempfile.mkdtemp(prefix="specbound-test-cache-")
 os.environ["SPECBOUND_CACHE_DIR"] = _CACHE
@@ -29,3 +32,16 @@ for _name in ("numpy",):
 # what an inner pytester run reads as its ini: no cache folder, and the budgets' items in the
 # order written (pytest-randomly, where installed, would shuffle the inner run too)
 PYTESTER_INI = "[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n"
+
+
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 and localhost: (certificate file, key file)."""
+    if not shutil.which("openssl"):
+        pytest.skip("needs the openssl command to make a self-signed certificate")
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return str(cert), str(key)

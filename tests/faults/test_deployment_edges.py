@@ -6,7 +6,6 @@ or a number that is silently wrong. docs/faults.md lists them with what the user
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -30,18 +29,6 @@ from tests.servers.fake import FakeServer, Script
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = Prompt(text="count to ten")
 FAST_FAIL_S = 5.0  # what waiting cannot mend fails within this, not after ready_timeout_s
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    if not shutil.which("openssl"):
-        pytest.skip("needs the openssl command to make a self-signed certificate")
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = d / "cert.pem", d / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    return str(cert), str(key)
 
 
 def _open_fails_fast(cfg: ServerConfig, tmp_path: Path) -> str:

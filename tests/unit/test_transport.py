@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -22,18 +20,6 @@ from tests.servers.fake import FakeServer, Script
 from tests.servers.proxy import ForwardProxy
 
 PROMPT = Prompt(text="count to ten")
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    if not shutil.which("openssl"):
-        pytest.skip("needs the openssl command to make a self-signed certificate")
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = d / "cert.pem", d / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    return str(cert), str(key)
 
 
 def test_https_stall_fires_at_the_read_timeout(certificate):
