@@ -287,7 +287,7 @@ def _measure_table(m: Measurement) -> str:
                            "not reported (the server does not say how much of a prompt it "
                            "computed)"))
     lines += [f"note: {n}" for n in (m.clock_note(), m.server_clock_note(), m.untimed_note(),
-                                             m.chunked_note()) if n]
+                                             m.chunked_note(), m.restart_note()) if n]
     lines += [f"failed: {r.error}" for r in m.failures]
     return "\n".join(lines)
 

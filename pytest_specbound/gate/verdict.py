@@ -22,6 +22,7 @@ Reason = Literal[
     "ttft_above_max", "not_batching", "throttled", "inconclusive",
     "accept_estimated", "clock_disagreement", "server_clock_used", "untimed_retried",
     "stream_chunked",
+    "server_restarted",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 
@@ -124,6 +125,9 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
     if accept is None:
         accept = 1.0 if roof.spec.method == "none" else None
     if accept is None:
+        restart = m.restart_note()
+        if restart:
+            return Verdict("error", ["no accept length: " + restart], ("no_accept", "server_restarted"))
         return Verdict("error", ["the server reported no accept statistics and the stream gave "
                                  "no estimate"], ("no_accept",))
     accept_capped = min(accept, float(roof.max_accept))
@@ -235,7 +239,8 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
                      "exposes no accept statistics)")
     notes: tuple[tuple[Reason, str | None], ...] = (
         ("clock_disagreement", m.clock_note()), ("server_clock_used", m.server_clock_note()),
-        ("untimed_retried", m.untimed_note()), ("stream_chunked", m.chunked_note()))
+        ("untimed_retried", m.untimed_note()), ("stream_chunked", m.chunked_note()),
+        ("server_restarted", m.restart_note()))
     for code, note in notes:
         if note:
             reasons.append(code)

@@ -23,6 +23,7 @@ from pytest_specbound.errors import RequestError
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.sampler import Collector, Sampler, StoppingRule
 from pytest_specbound.serving.backends.base import Backend, Prompt
+from pytest_specbound.serving.prometheus import counter_delta
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.transport import Endpoint
 
@@ -53,6 +54,9 @@ class CounterWindow:
         self.endpoint = endpoint
         self.start: dict[str, float] | None = None
         self.drained_sum: dict[str, float] = {}  # backends whose metrics reset on read
+        # the counters stopped covering our requests: one went down (a restart) or grew less
+        # than the tokens we received (a restart, or /metrics answered by another replica)
+        self.restarted = False
 
     def _scrape(self) -> dict[str, float] | None:
         try:
@@ -63,19 +67,24 @@ class CounterWindow:
     def open(self) -> None:
         self.start = self._scrape()
 
-    def accept(self, requests: int) -> float | None:
+    def accept(self, requests: int, received: int = 0) -> float | None:
         """Accept over the window so far, ``requests`` requests sent in it (their first tokens
         are prefill, taken out; a request still in flight may have none yet: a few tokens off
-        in the middle, exact once the window is drained)."""
+        in the middle, exact once the window is drained); ``received``: the tokens of the
+        window's finished requests, which the server's own count cannot be under."""
         now = self._scrape()
-        if now is None or self.start is None:
+        if now is None or self.start is None or self.restarted:
             return None
         if self.backend.drains_metrics:
             for key, value in now.items():
                 self.drained_sum[key] = self.drained_sum.get(key, 0.0) + value
-            delta = dict(self.drained_sum)
+            delta: dict[str, float] | None = dict(self.drained_sum)
         else:
-            delta = {k: now.get(k, 0.0) - self.start.get(k, 0.0) for k in now}
+            delta = counter_delta(self.start, now)
+        generated = self.backend.generated_counter
+        if delta is None or (generated in delta and delta[generated] < received):
+            self.restarted = True  # counts from before a restart are gone: no figure spans it
+            return None
         return self.backend.accept_from_deltas(delta, requests)
 
 
@@ -128,7 +137,9 @@ def measure_closed_loop(
             return
         reason = got.add(record)
         if window and got.wants_window_accept and rule.looks_at(len(got.records)):
-            got.window_accept = window.accept(sent[0])  # one scrape per look, not per request
+            # one scrape per look, not per request
+            got.window_accept = window.accept(sent[0], got.received_tokens)
+            got.counters_restarted = window.restarted
         if reason is None:
             reason = rule.stop_reason(got.now())
         if reason is None and deadline[0] is not None and time.monotonic() > deadline[0]:
@@ -178,7 +189,8 @@ def measure_closed_loop(
     if crashed:
         raise crashed[0]
     if window and got.wants_window_accept:
-        got.window_accept = window.accept(sent[0])  # drained: exact over the whole window
+        got.window_accept = window.accept(sent[0], got.received_tokens)  # drained: exact over the whole window
+        got.counters_restarted = window.restarted
     reason = ended[0] if ended else (Stop.SAMPLE_BUDGET, "no stream left")
     return got.now(*reason).with_overlaps()
 

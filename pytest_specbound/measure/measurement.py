@@ -53,6 +53,7 @@ class Measurement:
     drained: Sequence[RequestRecord] = ()  # finished after the rule stopped: load, not counted
     window_accept: float | None = None  # from server counters over the level's whole window
     transient: int = 0  # the first records: a warm-up transient, left out of the figures
+    counters_restarted: bool = False  # the server's counters went down inside the window
 
     def __post_init__(self) -> None:  # sequences given as lists are kept as tuples
         for name in ("records", "untimed", "drained"):
@@ -194,6 +195,14 @@ class Measurement:
                 f"{len(self.ok)} requests (a stream interval, or a gateway that coalesces): each "
                 "event is timed as it arrived, TTFT when the first token's event did")
 
+    def restart_note(self) -> str | None:
+        """A sentence when the server restarted inside the level's counter window."""
+        if not self.counters_restarted:
+            return None
+        return ("the server's counters went down, or grew less than the tokens received, "
+                "during the measurement (a restart, or /metrics answered by another replica "
+                "behind a load balancer): no accept length is taken from them")
+
     def failure_note(self) -> str | None:
         """How many requests failed and the commonest error, in one line (None: none failed)."""
         failed = self.failures
@@ -258,6 +267,7 @@ class Measurement:
             "server_timed": self.server_timed,
             "server_clock_note": self.server_clock_note(),
             "chunked_note": self.chunked_note(),
+            "restart_note": self.restart_note(),
             "untimed": len(self.untimed),
             "untimed_note": self.untimed_note(),
             "server": self.info.to_json(),

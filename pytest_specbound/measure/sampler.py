@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from pytest_specbound.errors import RequestError
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.serving.backends.base import Backend, Prompt, burst_accept, merged_decode_tokens
+from pytest_specbound.serving.prometheus import counter_delta
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.transport import ConnectFailed, Endpoint, StreamResult
 
@@ -140,9 +141,10 @@ class Sampler:
             return RequestRecord(error=str(exc))
         clock_in_fields = record.server_decode_s is not None  # before any counter deltas
         after = self._scrape() if before is not None else None
+        delta = None
         if after is not None and before is not None:
-            delta = after if self.backend.drains_metrics else {
-                k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+            delta = after if self.backend.drains_metrics else counter_delta(before, after)
+        if delta is not None:  # (None: a restart between the reads; the record keeps its own)
             record = self.backend.server_clock_from_deltas(delta, record)
             if record.accept_source != "server":
                 accept = self.backend.accept_from_deltas(delta)
@@ -189,6 +191,7 @@ class Collector:
         self.drained: list[RequestRecord] = []
         self.window_accept: float | None = None
         self.window_counters = False  # True: counters give the accept; drop stream estimates
+        self.counters_restarted = False  # the window's counters went down (a server restart)
 
     def start(self) -> None:
         self.origin = time.perf_counter()
@@ -211,6 +214,11 @@ class Collector:
         return None
 
     @property
+    def received_tokens(self) -> int:
+        """Tokens of every request that finished since counting began (counted or not)."""
+        return sum(r.completion_tokens for r in (*self.records, *self.untimed, *self.drained))
+
+    @property
     def wants_window_accept(self) -> bool:
         """Counters give the accept: no counted request carries a figure of its own."""
         return self.window_counters and not any(r.accept_length for r in self.records if r.ok)
@@ -222,7 +230,8 @@ class Collector:
             interrupted: bool = False) -> Measurement:
         return Measurement(self.backend, tuple(self.records), self.warmup, stopped, stop, self.info,
                            interrupted, tuple(self.untimed), self.allowance, self.concurrency,
-                           tuple(self.drained), self.window_accept)
+                           tuple(self.drained), self.window_accept,
+                           counters_restarted=self.counters_restarted)
 
 
 def measure(

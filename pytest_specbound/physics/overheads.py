@@ -8,7 +8,7 @@ its source says so.
 from __future__ import annotations
 
 BACKEND_OVERHEAD_MS: dict[str, tuple[float, str]] = {
-    "sglang": (0.5, "shared/reference/seed-profile.md: the SGLang TP2 deployment's breakdown, "
+    "sglang": (0.5, "docs/seed-profile.md: the SGLang TP2 deployment's breakdown, "
                     "scheduler and sampling 0.5 ms per round"),
     "vllm": (0.2, "vllm-project/vllm#6913: Llama3-70B on 4x H100 at batch 1, output processing "
                   "(_process_model_outputs) 0.2 ms of a 19 ms step, the CPU work the GPU waits "

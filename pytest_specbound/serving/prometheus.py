@@ -16,3 +16,11 @@ def counter_totals(text: str, names: Iterable[str]) -> dict[str, float]:
             if sample.name in wanted:
                 totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
     return totals
+
+
+def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
+    """How much each counter grew; None when one went down (the server restarted between the
+    two reads, and its counters started again from zero: no delta spans that)."""
+    if any(after[k] < before[k] for k in after.keys() & before.keys()):
+        return None
+    return {k: after[k] - before.get(k, 0.0) for k in after}

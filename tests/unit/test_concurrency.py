@@ -137,6 +137,36 @@ def test_counters_only_servers_give_the_window_accept(family):
                                              hi * 0.01 / m.window_accept))
 
 
+def test_a_server_restarted_inside_the_window_gives_no_counter_accept():
+    """A supervisor restarted the server: its counters start again from zero. A delta across
+    the restart would be a number silently wrong (negative, or only the tail's)."""
+    with FakeServer("vllm", Script(per_request_metrics=False, step_s=0.002)) as fake:
+        seen = [0]
+
+        def restart_after_three(m: Measurement) -> None:
+            seen[0] += 1
+            if seen[0] == 3:
+                with fake.counters.lock:
+                    fake.counters.values.clear()
+
+        m = closed_loop(fake, 2, count=9, on_record=restart_after_three)
+    assert m.counters_restarted and m.window_accept is None and m.accept_source == "none"
+    assert "(a restart, or /metrics answered by another replica" in (m.restart_note() or "")
+    roof = compute_roofline(parse_hardware("h100-sxm"), load_model("llama-3.1-8b"),
+                            parse_speculation("eagle3:3"), batch=2)
+    v = judge(ClassBudget("chat", "chat", 41, min_efficiency=0.01), m, roof)
+    assert v.status == "error" and v.reasons == ("no_accept", "server_restarted")
+    assert v.text.startswith("no accept length: the server's counters went down"), v.text
+
+
+def test_counter_deltas_never_span_a_restart():
+    from pytest_specbound.serving.prometheus import counter_delta
+
+    assert counter_delta({"a": 5.0, "b": 1.0}, {"a": 7.0, "b": 1.0, "c": 2.0}) == \
+        {"a": 2.0, "b": 0.0, "c": 2.0}
+    assert counter_delta({"a": 5.0, "b": 1.0}, {"a": 7.0, "b": 0.0}) is None
+
+
 def test_ctrl_c_during_a_level_hands_over_what_was_measured():
     seen: list[Measurement] = []
     with FakeServer("llamacpp", Script(step_s=0.01)) as fake:

@@ -1,4 +1,4 @@
-"""The seed profile (shared/reference/seed-profile.md) reproduced through the public API."""
+"""The seed profile (docs/seed-profile.md) reproduced through the public API."""
 
 import pytest
 

@@ -30,6 +30,7 @@ class Backend:
     models_path = "/v1/models"
     metrics_path: str | None = "/metrics"
     metric_names: tuple[str, ...] = ()  # counters whose deltas give the accept length
+    generated_counter: str | None = None  # of metric_names, the one counting generated tokens
     chunks_are_steps = True  # one SSE chunk per verify step (stream_interval 1)
     drains_metrics = False  # True where reading the metrics resets them
     batching_setting: str | None = None  # the server flag that caps concurrent sequences

@@ -20,6 +20,7 @@ class SGLang(Backend):
     cached_tokens_setting = "--enable-cache-report"
     ready_paths = ("/health_generate",)
     metric_names = (GEN_TOKENS, VERIFY_CALLS)
+    generated_counter = GEN_TOKENS
 
     def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
         if prompt.messages is not None:

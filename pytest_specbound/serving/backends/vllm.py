@@ -29,6 +29,7 @@ class VLLM(Backend):
     cached_tokens_setting = "--enable-prompt-tokens-details"
     ready_paths = ("/health", "/v1/models")
     metric_names = (ACCEPTED, DRAFTS, GENERATED, DECODE_SUM)
+    generated_counter = GENERATED
 
     def extra_fields(self, max_tokens: int) -> dict[str, Any]:
         return {"ignore_eos": True, "min_tokens": max_tokens, "return_token_ids": True}
