@@ -39,7 +39,7 @@ _API = {
     "ServerConfig": "pytest_specbound.serving.connect",
     "get_backend": "pytest_specbound.serving.backends",
     "load_prompts": "pytest_specbound.measure.prompts",
-    "judge": "pytest_specbound.gate.verdict",
+    "judge": "pytest_specbound.gate.judge",
     "Verdict": "pytest_specbound.gate.verdict",
     "run_class": "pytest_specbound.gate.runner",
     "ClassResult": "pytest_specbound.gate.result",
@@ -74,9 +74,10 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pytest_specbound.gate.budget import load_budget, parse_budget
+    from pytest_specbound.gate.judge import judge
     from pytest_specbound.gate.result import ClassResult
     from pytest_specbound.gate.runner import run_class
-    from pytest_specbound.gate.verdict import Verdict, judge
+    from pytest_specbound.gate.verdict import Verdict
     from pytest_specbound.measure.measurement import Measurement
     from pytest_specbound.measure.prompts import load_prompts
     from pytest_specbound.measure.sampler import FixedCount, Sampler, measure

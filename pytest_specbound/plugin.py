@@ -162,7 +162,7 @@ class SpecboundSession:
         return self.settings.concurrency or budget.classes[cls_name].concurrency
 
     def run(self, budget: Budget, cls_name: str, item: pytest.Item,
-            marker_server: dict[str, Any] | None = None, concurrency: int = 1) -> ClassResult:
+            concurrency: int = 1) -> ClassResult:
         from dataclasses import replace
 
         from pytest_specbound.errors import SpecboundError
@@ -184,8 +184,7 @@ class SpecboundSession:
                 self.outputs.write_json(partial=True)
 
         try:
-            result = run_class(budget, cls, hw, self.settings,
-                               self.pool, marker_server,
+            result = run_class(budget, cls, hw, self.settings, self.pool,
                                progress.update if progress else None, partial, say, concurrency)
         except KeyboardInterrupt:
             raise  # the partial entry stays in the running results and is written as such
@@ -460,7 +459,7 @@ def specbound_hw(request: pytest.FixtureRequest) -> Hardware:
 @pytest.fixture
 def specbound_model(request: pytest.FixtureRequest) -> Model:
     """The target model named by the test's ``specbound`` marker (or its budget)."""
-    from pytest_specbound.gate.runner import resolve_model
+    from pytest_specbound.gate.plan import resolve_model
 
     budget, _ = _parse_marker(request.node, {})
     return resolve_model(budget.model, {}, budget.path.parent, budget.origin("model"))
@@ -469,7 +468,7 @@ def specbound_model(request: pytest.FixtureRequest) -> Model:
 @pytest.fixture
 def specbound_roofline(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Roofline:
     """The per-round roofline for the marker's model and speculative method on this hardware."""
-    from pytest_specbound.gate.runner import roofline_for
+    from pytest_specbound.gate.plan import roofline_for
 
     budget, _ = _parse_marker(request.node, {})
     return roofline_for(budget, specbound_hw, {})
@@ -478,11 +477,11 @@ def specbound_roofline(request: pytest.FixtureRequest, specbound_hw: Hardware) -
 @pytest.fixture
 def specbound_server(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Server:
     """The server for this test's config (one per distinct launch config per run)."""
-    from pytest_specbound.gate.runner import server_config
+    from pytest_specbound.gate.plan import server_config
 
     session = _session(request.config)
     budget, _ = _parse_marker(request.node, {})
-    server, _backend = session.pool.get(server_config(budget, session.settings, None))
+    server, _backend = session.pool.get(server_config(budget, session.settings))
     return server
 
 

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pytest_specbound.gate.budget import ClassBudget
-from pytest_specbound.gate.verdict import judge
+from pytest_specbound.gate.evaluate import thresholds_decided
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.sequential import (
     DEFAULT_RESOLUTION,
     MIN_DECISION,
     Decision,
+    Limit,
+    Metric,
     Threshold,
     decide,
     per_request,
@@ -21,19 +24,21 @@ from pytest_specbound.measure.sequential import (
 from pytest_specbound.measure.stats import bounds
 from pytest_specbound.physics.roofline import Roofline
 
+Decisions = Mapping[Threshold, Decision]
 
-def thresholds(cls: ClassBudget) -> list[Threshold]:
+
+def limits(cls: ClassBudget) -> list[Limit]:
     """Every one-sided test the class asks for (the accept band is two)."""
-    out: list[Threshold] = []
+    out: list[Limit] = []
     if cls.accept is not None:
-        out += [Threshold("accept_low", "accept_length", cls.accept[0], True),
-                Threshold("accept_high", "accept_length", cls.accept[1], False)]
+        out += [Limit(Threshold.ACCEPT_LOW, cls.accept[0]),
+                Limit(Threshold.ACCEPT_HIGH, cls.accept[1])]
     if cls.min_efficiency is not None:
-        out.append(Threshold("efficiency", "efficiency", cls.min_efficiency, True))
+        out.append(Limit(Threshold.EFFICIENCY, cls.min_efficiency))
     if cls.min_tok_s is not None:
-        out.append(Threshold("decode_tok_s", "decode_tok_s", cls.min_tok_s, True))
+        out.append(Limit(Threshold.DECODE_TOK_S, cls.min_tok_s))
     if cls.max_ttft_ms is not None:
-        out.append(Threshold("ttft_ms", "ttft_ms", cls.max_ttft_ms, False))
+        out.append(Limit(Threshold.TTFT_MS, cls.max_ttft_ms))
     return out
 
 
@@ -44,41 +49,52 @@ def per_threshold_alpha(confidence: float, tests: int) -> float:
 
 
 def decisions(cls: ClassBudget, m: Measurement, roof: Roofline, confidence: float,
-              resolution: float, min_n: int = MIN_DECISION) -> dict[str, Decision]:
+              resolution: float, min_n: int = MIN_DECISION) -> dict[Threshold, Decision]:
     """Each threshold's sequential test on ``m`` (its warm-up transient already excluded)."""
-    tests = thresholds(cls)
+    tests = limits(cls)
     alpha = per_threshold_alpha(confidence, len(tests))
-    out: dict[str, Decision] = {}
-    for t in tests:
-        if t.value <= 0:  # a floor of 0 holds and a ceiling of 0 fails, whatever is measured
-            out[t.key] = Decision("ok" if t.floor else "bad", len(m.ok))
-            continue
-        if t.metric == "accept_length" and (t.value <= 1.0 if t.floor
-                                            else t.value >= roof.max_accept):
-            # one token per forward at least, drafts + 1 at most: nothing to test
-            out[t.key] = Decision("ok", len(m.ok))
-            continue
-        if t.metric == "accept_length" and not any(r.verify_steps for r in m.ok):
-            out[t.key] = _fixed(t, m.accept_length, len(m.ok))
-            continue
-        values = per_request(m, t.metric, roof)
-        d = decide(t.log_ratios(values), alpha, resolution, min_n=min_n)
-        out[t.key] = Decision(d.side, d.n, t.back(d.estimate), *_interval(t, d), d.more)
-    return out
+    return {t.threshold: _decide(t, m, roof, alpha, resolution, min_n) for t in tests}
 
 
-def _interval(t: Threshold, d: Decision) -> tuple[float | None, float | None]:
+def _decide(t: Limit, m: Measurement, roof: Roofline, alpha: float, resolution: float,
+            min_n: int) -> Decision:
+    if t.value <= 0:  # a floor of 0 holds and a ceiling of 0 fails, whatever is measured
+        return Decision("ok" if t.floor else "bad", len(m.ok))
+    if t.metric is Metric.ACCEPT_LENGTH:
+        if t.value <= 1.0 if t.floor else t.value >= roof.max_accept:
+            return Decision("ok", len(m.ok))  # 1 token per forward at least, drafts + 1 at most
+        if not any(r.verify_steps for r in m.ok):
+            return _fixed(t, m.accept_length, len(m.ok))
+    d = decide(t.log_ratios(per_request(m, t.metric, roof)), alpha, resolution, min_n=min_n)
+    return Decision(d.side, d.n, t.back(d.estimate), *_interval(t, d), d.more)
+
+
+def _interval(t: Limit, d: Decision) -> tuple[float | None, float | None]:
     ends = sorted(x for x in (t.back(d.low), t.back(d.high)) if x is not None)
     return (ends[0], ends[-1]) if ends else (None, None)
 
 
-def _fixed(t: Threshold, value: float | None, n: int) -> Decision:
+def _fixed(t: Limit, value: float | None, n: int) -> Decision:
     """An accept length with no per-request figures (the counters' whole-window total): no
     noise to test, the value is compared as it is."""
     if value is None:
         return Decision("unsure", n)
     good = value >= t.value if t.floor else value <= t.value
     return Decision("ok" if good else "bad", n, value, value, value)
+
+
+@dataclass(frozen=True)
+class Look:
+    """The rule's reading of a measurement: its transient excluded, every threshold's test, and
+    the intervals reported beside them (at ``level``)."""
+
+    measurement: Measurement
+    decisions: Decisions = field(default_factory=dict)
+    bounds: Mapping[str, tuple[float, float]] | None = None
+    level: float = 0.0
+
+    def tests_json(self) -> dict[str, object]:
+        return {k.value: d.to_json() for k, d in self.decisions.items()}
 
 
 @dataclass
@@ -92,9 +108,7 @@ class SequentialRule:
     min_samples: int
     max_samples: int
     resolution: float = DEFAULT_RESOLUTION
-    last_bounds: dict[str, tuple[float, float]] | None = None
-    last_decisions: dict[str, Decision] = field(default_factory=dict)
-    last_level: float = 0.0
+    _memo: tuple[tuple[object, ...], Look] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:  # a class budget under the minimum lowers it
         self.min_samples = max(2, min(self.min_samples, self.max_samples))
@@ -106,20 +120,24 @@ class SequentialRule:
     @property
     def level(self) -> float:
         """Confidence level of the intervals reported beside the tests (two-sided, 2 alpha)."""
-        return 1 - 2 * per_threshold_alpha(self.confidence, len(thresholds(self.budget)))
+        return 1 - 2 * per_threshold_alpha(self.confidence, len(limits(self.budget)))
 
     def looks_at(self, n: int) -> bool:
         return n >= min(self.min_samples, self.max_samples)
 
-    def settle(self, m: Measurement) -> Measurement:
-        """Exclude the warm-up transient and run every test on what remains."""
-        m = with_transient(m)
-        self.last_level = self.level
-        self.last_decisions = decisions(self.budget, m, self.roof, self.confidence,
-                                        self.resolution, min(MIN_DECISION, self.min_samples))
-        self.last_bounds = bounds(m, level_roofline(m, self.roof).round_ms, self.last_level,
-                                  self.roof.max_accept)
-        return m
+    def look(self, m: Measurement) -> Look:
+        """Exclude the warm-up transient and run every test on what remains (a value: the
+        rule keeps only a cache of its latest look, keyed by what the measurement holds)."""
+        key = (m.records, m.window_accept, len(m.untimed), len(m.drained))
+        if self._memo is not None and self._memo[0] == key:
+            return self._memo[1]
+        settled = with_transient(m)
+        found = decisions(self.budget, settled, self.roof, self.confidence, self.resolution,
+                          min(MIN_DECISION, self.min_samples))
+        look = Look(settled, found, bounds(settled, level_roofline(settled, self.roof).round_ms,
+                                           self.level, self.roof.max_accept), self.level)
+        self._memo = (key, look)
+        return look
 
     def stop_reason(self, m: Measurement) -> tuple[Stop, str] | None:
         n = len(m.records)
@@ -127,9 +145,8 @@ class SequentialRule:
             return Stop.REQUEST_FAILED, "a request failed"
         if not self.looks_at(n):
             return None
-        m = self.settle(m)
-        status = judge(self.budget, m, self.roof, self.last_decisions, final=False).status
-        if status in ("pass", "fail"):
+        look = self.look(m)
+        if thresholds_decided(self.budget, look.measurement, self.roof, look.decisions):
             return Stop.DECIDED, f"decided after {n} requests"
         if n >= self.max_samples:
             return Stop.SAMPLE_BUDGET, f"sample budget of {self.max_samples} requests"

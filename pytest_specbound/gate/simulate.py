@@ -32,8 +32,8 @@ def run_sequential(rng: random.Random, budget: ClassBudget, roof: Roofline, tok_
     draw from instead of the lognormal model; ``log_noise`` draws each request's log rate
     deviation instead (then ``tok_s`` is the rates' geometric mean, the tests' parameter).
     """
+    from pytest_specbound.gate.judge import judge
     from pytest_specbound.gate.rule import SequentialRule
-    from pytest_specbound.gate.verdict import judge
     from pytest_specbound.measure.measurement import Measurement
 
     rule = SequentialRule(budget, roof, confidence, min_samples, max_samples, resolution)
@@ -46,15 +46,15 @@ def run_sequential(rng: random.Random, budget: ClassBudget, roof: Roofline, tok_
         else:
             rec = synthetic_record(rng, tok_s, accept, tokens, rate_sd)
         records.append(rec)
-    m = rule.settle(Measurement(backend="sim", records=records))
-    return judge(budget, m, roof, rule.last_decisions).status, len(records)
+    look = rule.look(Measurement(backend="sim", records=records))
+    return judge(budget, look.measurement, roof, look.decisions).status, len(records)
 
 
 def run_fixed(rng: random.Random, budget: ClassBudget, roof: Roofline, tok_s: float,
               accept: float, rate_sd: float, n: int, tokens: int = 256,
               noise: Sequence[float] | None = None) -> str:
     """Fixed-N run judged on the point estimate (how fixed-count benchmarks are read)."""
-    from pytest_specbound.gate.verdict import judge
+    from pytest_specbound.gate.judge import judge
     from pytest_specbound.measure.measurement import Measurement
 
     records = [synthetic_record(rng, tok_s * (rng.choice(noise) if noise else 1.0), accept,

@@ -37,6 +37,7 @@ most favours it, so one stalled (or one lucky) request cannot decide a threshold
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -210,14 +211,59 @@ def outliers(ys: Sequence[float], k: float = OUTLIER_SCALES) -> tuple[bool, bool
     return med - s[0] > k * scale, s[-1] - med > k * scale
 
 
-@dataclass(frozen=True)
-class Threshold:
-    """One one-sided test: ``metric`` of each request against ``value`` (``floor``: at least)."""
+class Metric(str, enum.Enum):
+    """A per-request figure a threshold is tested on (:func:`per_request`)."""
 
-    key: str  # accept_low, accept_high, efficiency, decode_tok_s, ttft_ms
-    metric: str
+    ACCEPT_LENGTH = "accept_length"
+    EFFICIENCY = "efficiency"
+    DECODE_TOK_S = "decode_tok_s"
+    TTFT_MS = "ttft_ms"
+
+
+class Threshold(str, enum.Enum):
+    """Every threshold a class can set, one one-sided test each (the accept band is two). The
+    values are the keys of the results JSON's ``tests``."""
+
+    ACCEPT_LOW = "accept_low"
+    ACCEPT_HIGH = "accept_high"
+    EFFICIENCY = "efficiency"
+    DECODE_TOK_S = "decode_tok_s"
+    TTFT_MS = "ttft_ms"
+
+    @property
+    def metric(self) -> Metric:
+        return Metric.ACCEPT_LENGTH if self in _ACCEPT else Metric(self.value)
+
+    @property
+    def floor(self) -> bool:
+        """True: the value must be at least the threshold; False: at most."""
+        return self not in (Threshold.ACCEPT_HIGH, Threshold.TTFT_MS)
+
+    @property
+    def label(self) -> str:
+        return _LABELS[self]
+
+
+_ACCEPT = (Threshold.ACCEPT_LOW, Threshold.ACCEPT_HIGH)
+_LABELS = {Threshold.ACCEPT_LOW: "accept", Threshold.ACCEPT_HIGH: "accept",
+           Threshold.EFFICIENCY: "efficiency", Threshold.DECODE_TOK_S: "decode tok/s",
+           Threshold.TTFT_MS: "TTFT ms"}
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One threshold at its value: the test's scale (log ratios, good side >= 0) and back."""
+
+    threshold: Threshold
     value: float
-    floor: bool
+
+    @property
+    def metric(self) -> Metric:
+        return self.threshold.metric
+
+    @property
+    def floor(self) -> bool:
+        return self.threshold.floor
 
     def log_ratios(self, values: Sequence[float]) -> list[float]:
         good = [v for v in values if v > 0]
@@ -267,21 +313,18 @@ def with_transient(m: Measurement) -> Measurement:
     return m if cut == m.transient else replace(m, transient=cut)
 
 
-def per_request(m: Measurement, metric: str, roof: Roofline) -> list[float]:
-    """Each timed request's value of ``metric`` (accept_length, efficiency, decode_tok_s,
-    ttft_ms); efficiency is the request's least decode time over its measured one: its rounds at
-    the roofline (at its accept length, else the level's window accept, else 1, where requests
-    have no accept of their own) plus the other requests' prefill in them
-    (:mod:`pytest_specbound.measure.prefill`)."""
+def per_request(m: Measurement, metric: Metric, roof: Roofline) -> list[float]:
+    """Each timed request's value of ``metric``; efficiency is the request's least decode time
+    over its measured one: its rounds at the roofline (at its accept length, else the level's
+    window accept, else 1, where requests have no accept of their own) plus the other requests'
+    prefill in them (:mod:`pytest_specbound.measure.prefill`)."""
     recs = m.timed
-    if metric == "decode_tok_s":
+    if metric is Metric.DECODE_TOK_S:
         return [r.decode_tokens / r.decode_s for r in recs]
-    if metric == "ttft_ms":
+    if metric is Metric.TTFT_MS:
         return [r.ttft_s * 1e3 for r in m.counted if r.ok and r.clock == "client" and r.ttft_s > 0]
-    if metric == "accept_length":
+    if metric is Metric.ACCEPT_LENGTH:
         return [r.decode_tokens / r.verify_steps for r in recs if r.verify_steps]
-    if metric == "efficiency":
-        fixed = m.window_accept or 1.0
-        overlap = {id(r): o for r, o in m.timed_overlaps()}
-        return [floor_s(r, overlap.get(id(r)), roof, fixed) / r.decode_s for r in recs]
-    raise ValueError(f"unknown metric {metric!r}")
+    fixed = m.window_accept or 1.0
+    overlap = {id(r): o for r, o in m.timed_overlaps()}
+    return [floor_s(r, overlap.get(id(r)), roof, fixed) / r.decode_s for r in recs]

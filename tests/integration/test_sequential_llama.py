@@ -12,13 +12,14 @@ import pytest
 
 from pytest_specbound.gate.budget import ClassBudget, load_budget
 from pytest_specbound.gate.calibrate import propose
+from pytest_specbound.gate.judge import judge
+from pytest_specbound.gate.plan import roofline_for
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.rule import SequentialRule
-from pytest_specbound.gate.runner import roofline_for, run_class
+from pytest_specbound.gate.runner import run_class
 from pytest_specbound.gate.settings import resolve
-from pytest_specbound.gate.verdict import judge
 from pytest_specbound.measure.measurement import Measurement
-from pytest_specbound.measure.sequential import per_request
+from pytest_specbound.measure.sequential import Metric, per_request
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.roofline import Roofline
 from tests.integration.budgets import llama_budget
@@ -82,12 +83,12 @@ def replay(cls: ClassBudget, roof: Roofline, records) -> tuple[str, int]:
     for n in range(1, len(records) + 1):
         if rule.stop_reason(Measurement("llamacpp", tuple(records[:n]))):
             break
-    m = rule.settle(Measurement("llamacpp", tuple(records[:n])))
-    return judge(cls, m, roof, rule.last_decisions).status, n
+    look = rule.look(Measurement("llamacpp", tuple(records[:n])))
+    return judge(cls, look.measurement, roof, look.decisions).status, n
 
 
 def geometric_efficiency(records, roof: Roofline) -> float:
-    values = per_request(Measurement("llamacpp", tuple(records)), "efficiency", roof)
+    values = per_request(Measurement("llamacpp", tuple(records)), Metric.EFFICIENCY, roof)
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 

@@ -12,9 +12,10 @@ import pytest
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.budget import ClassBudget, load_budget
 from pytest_specbound.gate.calibrate import apply
+from pytest_specbound.gate.judge import judge
 from pytest_specbound.gate.result import ClassResult
 from pytest_specbound.gate.settings import resolve
-from pytest_specbound.gate.verdict import batching_hint, judge
+from pytest_specbound.gate.verdict import batching_hint
 from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, stream_samplers
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.overlap import overlaps

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.runner import roofline_for, threads_from_launch
+from pytest_specbound.gate.plan import roofline_for, threads_from_launch
 from pytest_specbound.physics import cpu_probe
 from pytest_specbound.physics.hardware import Hardware
 

@@ -53,10 +53,10 @@ def test_every_class_key_of_the_budget_schema_is_a_marker_keyword():
 
 
 def test_a_marker_without_a_server_fails_at_once_naming_the_test():
-    from pytest_specbound.gate.runner import server_config
+    from pytest_specbound.gate.plan import server_config
     from pytest_specbound.gate.settings import resolve
 
     budget, _ = parse()
     settings = resolve({}, {}, lambda name: None)
     with pytest.raises(ConfigError, match=rf"^{NODE}: specbound\(server\): no server to measure"):
-        server_config(budget, settings, None)
+        server_config(budget, settings)

@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 
 from pytest_specbound.gate.budget import ClassBudget
+from pytest_specbound.gate.judge import judge
 from pytest_specbound.gate.rule import decisions
-from pytest_specbound.gate.verdict import judge
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.overlap import overlaps
 from pytest_specbound.measure.prefill import level_roofline
-from pytest_specbound.measure.sequential import per_request
+from pytest_specbound.measure.sequential import Metric, per_request
 from pytest_specbound.physics.hardware import Hardware, parse_hardware
 from pytest_specbound.physics.models import load_model
 from pytest_specbound.physics.roofline import compute_roofline
@@ -100,8 +100,8 @@ def level(prompt: int) -> tuple[Measurement, ClassBudget, object]:
 def test_efficiency_counts_the_others_prefill_in_the_floor():
     m, cls, roof = level(prompt=400)
     plain, _, _ = level(prompt=0)
-    with_prefill = per_request(m, "efficiency", roof)
-    without = per_request(plain, "efficiency", roof)
+    with_prefill = per_request(m, Metric.EFFICIENCY, roof)
+    without = per_request(plain, Metric.EFFICIENCY, roof)
     assert without == pytest.approx([2 / 3, 2 / 3])
     extra_s = roof.prefill_ms(400, 10) / 1e3
     assert with_prefill[0] == pytest.approx(2 / 3 + extra_s / m.records[0].decode_s)

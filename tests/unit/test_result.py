@@ -7,8 +7,9 @@ import json
 import pytest
 
 from pytest_specbound.gate.budget import ClassBudget
+from pytest_specbound.gate.judge import judge
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
-from pytest_specbound.gate.verdict import Verdict, judge
+from pytest_specbound.gate.verdict import Verdict
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.sequential import Decision
 from pytest_specbound.physics.hardware import parse_hardware

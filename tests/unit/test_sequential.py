@@ -11,10 +11,11 @@ import pytest
 
 from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.gate.calibrate import propose
+from pytest_specbound.gate.judge import judge
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
-from pytest_specbound.gate.rule import SequentialRule, decisions, thresholds
+from pytest_specbound.gate.rule import SequentialRule, decisions, limits
 from pytest_specbound.gate.simulate import run_sequential, synthetic_record
-from pytest_specbound.gate.verdict import Verdict, judge
+from pytest_specbound.gate.verdict import Verdict
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import (
     MISS_RATE,
@@ -107,7 +108,7 @@ def test_all_thresholds_at_once_keep_the_family_wise_rate(roof):
     rng = random.Random(9)
     tok_s = 0.7 * roof.tok_s(3.0)
     cls = ClassBudget("c", "chat", 256, accept=(2.5, 3.6), min_efficiency=0.7, min_tok_s=tok_s)
-    assert len(thresholds(cls)) == 4
+    assert len(limits(cls)) == 4
     runs = 300
     fails = sum(run_sequential(rng, cls, roof, tok_s, 3.0, 0.06)[0] == "fail"
                 for _ in range(runs))
@@ -155,7 +156,8 @@ def test_a_request_that_errors_is_still_an_error(roof):
     cls = ClassBudget("c", "chat", 256, min_efficiency=0.1)
     rule = SequentialRule(cls, roof, 0.95, 5, 64)
     assert rule.stop_reason(m) is not None
-    v = judge(cls, rule.settle(m), roof, rule.last_decisions)
+    look = rule.look(m)
+    v = judge(cls, look.measurement, roof, look.decisions)
     assert v.status == "error" and v.reasons == ("request_failed",)
 
 
@@ -204,8 +206,8 @@ def test_an_undecided_verdict_says_how_far_it_got(roof):
     # the truth 2.5% under the floor: within the resolution, undecided at 12 requests
     records = [synthetic_record(rng, 0.7 * 0.975 * roof.tok_s(3.0), 3.0, 128, 0.09)
                for _ in range(12)]
-    m = rule.settle(Measurement("sim", records))
-    v = judge(cls, m, roof, rule.last_decisions, resolution=rule.resolution)
+    look = rule.look(Measurement("sim", records))
+    v = judge(cls, look.measurement, roof, look.decisions, resolution=rule.resolution)
     assert v.status == "inconclusive", v.lines  # a fixed seed: this draw stays undecided
     evidence = next(line for line in v.lines if line.startswith("evidence"))
     assert "efficiency" in evidence and "over 12 requests" in evidence and "undecided" in evidence

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.runner import roofline_for
+from pytest_specbound.gate.plan import roofline_for
 from pytest_specbound.physics import roofline as rl
 from pytest_specbound.physics.hardware import Hardware, parse_hardware
 from pytest_specbound.physics.models import load_model

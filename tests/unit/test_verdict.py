@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from pytest_specbound.gate.budget import ClassBudget
-from pytest_specbound.gate.verdict import judge
+from pytest_specbound.gate.judge import judge
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import Decision
 from pytest_specbound.physics.hardware import parse_hardware

@@ -1,0 +1,203 @@
+"""One evaluator per threshold: each reads the measured figures (and the threshold's sequential
+test, where there is one) and returns an :class:`Evaluation`; :mod:`pytest_specbound.gate.judge`
+composes them into the verdict, and the sequential rule asks them whether the class is decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pytest_specbound.gate.budget import ClassBudget
+from pytest_specbound.gate.verdict import Reason, Verdict
+from pytest_specbound.measure.measurement import Measurement, Stop
+from pytest_specbound.measure.prefill import level_roofline
+from pytest_specbound.measure.sequential import Decision, Side, Threshold
+from pytest_specbound.physics.roofline import Roofline
+
+Decisions = Mapping[Threshold, Decision]
+Party = str  # "drafter" or "system": who moved when the threshold fails
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What every evaluator reads: the measured rates and the roofline at the measured accept."""
+
+    accept: float
+    tok_s: float
+    roof: Roofline  # at the level: others' prefill in the rounds included
+    roof_tok_s: float
+    efficiency: float
+    round_ms: float
+    ttft_ms: float | None
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One threshold's finding: ``side`` ok / bad / unsure, the failure lines when bad, what is
+    pending when unsure, the test's evidence, and which party a failure blames."""
+
+    side: Side
+    party: Party = "system"
+    reason: Reason | None = None
+    failed: tuple[str, ...] = ()
+    pending: str | None = None
+    evidence: tuple[str, ...] = ()
+
+
+def figures(m: Measurement, roof: Roofline) -> Figures | Verdict:
+    """The figures the thresholds are judged on, or the error verdict when there are none."""
+    if m.failures:
+        first = m.failures[0].error
+        return Verdict("error", [f"{len(m.failures)} of {len(m.records)} requests failed: {first}"],
+                       ("request_failed",))
+    if m.stop is Stop.UNTIMED:
+        return Verdict("error", [f"{len(m.untimed)} of {len(m.records) + len(m.untimed)} requests "
+                                 f"could not be timed (more than the allowance of {m.max_untimed}):"
+                                 f" {m.untimed[0].untimed}"], ("untimed",))
+    accept, tok_s = m.accept_length, m.decode_tok_s
+    if tok_s is None:
+        return Verdict("error", ["no decode time measured (no request produced 2+ tokens)"],
+                       ("no_data",))
+    if accept is None and roof.spec.method == "none":
+        accept = 1.0
+    if accept is None:
+        restart = m.restart_note()
+        if restart:
+            return Verdict("error", ["no accept length: " + restart], ("no_accept", "server_restarted"))
+        return Verdict("error", ["the server reported no accept statistics and the stream gave "
+                                 "no estimate"], ("no_accept",))
+    level_roof = level_roofline(m, roof)  # others' prefill in the rounds, at a closed-loop level
+    roof_tok_s = level_roof.tok_s(min(accept, float(roof.max_accept)))
+    return Figures(accept, tok_s, level_roof, roof_tok_s, tok_s / roof_tok_s, accept / tok_s * 1e3,
+                   m.ttft_ms().median, m.concurrency)
+
+
+def _evidence(threshold: Threshold, d: Decision, limit: str) -> str:
+    """One threshold's test as the failure text shows it: estimate, interval, requests, and
+    for an undecided one how many more requests it expects to need."""
+    est = f"{d.estimate:.3g}" if d.estimate is not None else "-"
+    interval = (f" [{d.low:.3g}, {d.high:.3g}]" if d.low is not None and d.high is not None
+                and d.low != d.high else "")
+    where = f"{threshold.label} {limit}: {est}{interval} over {d.n} requests"
+    if d.side == "ok":
+        return f"{where}: passes"
+    if d.side == "bad":
+        return f"{where}: fails"
+    if d.more is None:
+        return f"{where}: undecided (the truth is within the resolution of the threshold)"
+    return f"{where}: undecided, about {d.more} more requests would decide it"
+
+
+def side_of(threshold: Threshold, value: float, limit: float,
+            decisions: Decisions | None) -> tuple[Side, tuple[str, ...]]:
+    """The threshold's side: as its sequential test decided (with its evidence), else the point
+    value against the limit (a fixed-count reading); no test yet is ``unsure``."""
+    if decisions is None:
+        bad = value < limit if threshold.floor else value > limit
+        return ("bad" if bad else "ok"), ()
+    d = decisions.get(threshold)
+    if d is None:
+        return "unsure", ()
+    return d.side, (_evidence(threshold, d, f"{'>=' if threshold.floor else '<='} {limit:g}"),)
+
+
+def _band(b: tuple[float, float]) -> str:
+    return f"[{b[0]:g}, {b[1]:g}]"
+
+
+def accept_band(budget: ClassBudget, f: Figures, decisions: Decisions | None) -> Evaluation | None:
+    """The drafter's band: both edges, one finding."""
+    if budget.accept is None:
+        return None
+    low, ev_low = side_of(Threshold.ACCEPT_LOW, f.accept, budget.accept[0], decisions)
+    high, ev_high = side_of(Threshold.ACCEPT_HIGH, f.accept, budget.accept[1], decisions)
+    evidence = ev_low + ev_high
+    if "bad" in (low, high):
+        below = low == "bad" or (high != "bad" and f.accept < budget.accept[0])
+        where = "below" if below else "above"
+        return Evaluation("bad", "drafter", "accept_below_band" if below else "accept_above_band",
+                          (f"accept {f.accept:.2f} is {where} its band {_band(budget.accept)}: "
+                           "the drafter (or the prompts) changed",), evidence=evidence)
+    if "unsure" in (low, high):
+        return Evaluation("unsure", "drafter", pending=f"accept {f.accept:.2f} vs band "
+                          f"{_band(budget.accept)}", evidence=evidence)
+    return Evaluation("ok", "drafter", evidence=evidence)
+
+
+def efficiency_floor(budget: ClassBudget, f: Figures, decisions: Decisions | None,
+                     accept_in_band: bool, prefill_unknown: str | None) -> Evaluation | None:
+    """The system's floor: ``min_efficiency x`` the roofline at the measured accept length.
+    ``prefill_unknown``: the note when a level's floor could not count others' prefill."""
+    floor = budget.min_efficiency
+    if floor is None:
+        return None
+    side, evidence = side_of(Threshold.EFFICIENCY, f.efficiency, floor, decisions)
+    if side == "unsure":
+        return Evaluation("unsure", pending=f"efficiency {f.efficiency:.2f} vs min {floor:.2f}",
+                          evidence=evidence)
+    if side == "ok":
+        return Evaluation("ok", evidence=evidence)
+    level = f" per user at concurrency {f.concurrency}, batch {f.roof.batch}" \
+        if f.concurrency > 1 else ""
+    in_band = (f"; accept {f.accept:.2f} is inside {_band(budget.accept)}"
+               if budget.accept is not None and accept_in_band else "")
+    lines = [f"decode {f.tok_s:.1f} tok/s{level} < floor {floor * f.roof_tok_s:.1f} tok/s "
+             f"({floor:.2f} x roofline {f.roof_tok_s:.1f} at accept {f.accept:.2f})",
+             f"per round {f.round_ms:.1f} ms vs roofline {f.roof.round_ms:.1f} ms: the system "
+             f"slowed down{in_band}"]
+    if prefill_unknown:
+        lines.append(prefill_unknown)
+    return Evaluation("bad", "system", "efficiency_below_min", tuple(lines), evidence=evidence)
+
+
+def min_rate(budget: ClassBudget, f: Figures, decisions: Decisions | None) -> Evaluation | None:
+    """``min_tok_s``: an absolute per-user decode rate."""
+    if budget.min_tok_s is None:
+        return None
+    side, evidence = side_of(Threshold.DECODE_TOK_S, f.tok_s, budget.min_tok_s, decisions)
+    return Evaluation(side, "system", "tok_s_below_min" if side == "bad" else None,
+                      (f"decode {f.tok_s:.1f} tok/s < min_tok_s {budget.min_tok_s:g}",)
+                      if side == "bad" else (),
+                      f"decode {f.tok_s:.1f} tok/s vs min {budget.min_tok_s:g}"
+                      if side == "unsure" else None, evidence)
+
+
+def max_ttft(budget: ClassBudget, f: Figures, decisions: Decisions | None) -> Evaluation | None:
+    """``max_ttft_ms``: the median time to first token, by its own test."""
+    if budget.max_ttft_ms is None or f.ttft_ms is None:
+        return None
+    ttft, limit = f.ttft_ms, budget.max_ttft_ms
+    side, evidence = side_of(Threshold.TTFT_MS, ttft, limit, decisions)
+    return Evaluation(side, "system", "ttft_above_max" if side == "bad" else None,
+                      (f"TTFT median {ttft:.0f} ms > max_ttft_ms {limit:g}",)
+                      if side == "bad" else (),
+                      f"TTFT median {ttft:.0f} ms vs max {limit:g}" if side == "unsure" else None,
+                      evidence)
+
+
+def evaluate(budget: ClassBudget, m: Measurement, f: Figures, decisions: Decisions | None,
+             cached_tokens: str | None = None) -> list[Evaluation]:
+    """Every threshold the class sets, in the order the failure text lists them."""
+    band = accept_band(budget, f, decisions)
+    prefill_unknown = None
+    if m.concurrency > 1 and m.others_prefill_tokens is None:
+        flag = f" (launch it with {cached_tokens})" if cached_tokens else ""
+        prefill_unknown = ("note: other requests' prefill is not in this floor: the server does "
+                           f"not say how much of each prompt it computed{flag}")
+    found = [band,
+             efficiency_floor(budget, f, decisions, band is None or band.side != "bad",
+                              prefill_unknown),
+             min_rate(budget, f, decisions), max_ttft(budget, f, decisions)]
+    return [e for e in found if e is not None]
+
+
+def thresholds_decided(budget: ClassBudget, m: Measurement, roof: Roofline,
+                       decisions: Decisions) -> bool:
+    """The sequential rule's question: has one threshold failed, or have all passed?"""
+    f = figures(m, roof)
+    if isinstance(f, Verdict):
+        return False
+    sides = [e.side for e in evaluate(budget, m, f, decisions)]
+    return "bad" in sides or "unsure" not in sides

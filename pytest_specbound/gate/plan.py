@@ -1,0 +1,177 @@
+"""Plan one class at one concurrency level: everything decided before a request is sent (the
+roofline, the server to measure, the thresholds, the stopping rule's parameters, the prompts),
+as one frozen value. Measuring and judging take the plan (:mod:`pytest_specbound.gate.runner`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from pytest_specbound.errors import ConfigError
+from pytest_specbound.gate.budget import Budget, ClassBudget, ModelRef
+from pytest_specbound.gate.rule import SequentialRule, resolution_of
+from pytest_specbound.gate.settings import Settings
+from pytest_specbound.measure.prompts import load_prompts
+from pytest_specbound.physics.hardware import Hardware, matched_to_server, server_threads
+from pytest_specbound.physics.models import Model, load_model
+from pytest_specbound.physics.overheads import overhead_for
+from pytest_specbound.physics.roofline import Roofline, compute_roofline
+from pytest_specbound.serving.backends.base import Prompt
+from pytest_specbound.serving.connect import ServerConfig, placeholders
+from pytest_specbound.serving.server import fill
+from pytest_specbound.serving.settings import int_flag
+
+
+@dataclass(frozen=True)
+class RuleParameters:
+    """The stopping rule's settings for one class: confidence, sample counts, resolution."""
+
+    confidence: float
+    min_samples: int
+    max_samples: int
+    resolution: float
+
+
+@dataclass(frozen=True)
+class ClassPlan:
+    """One class at one level, decided before measuring."""
+
+    budget: Budget
+    cls: ClassBudget  # at the level: its thresholds there
+    hw: Hardware
+    roof: Roofline
+    server: ServerConfig
+    values: Mapping[str, str]  # placeholders filled in launch commands and model paths
+    concurrency: int
+    rule: RuleParameters
+    prompts: tuple[Prompt, ...]
+    warmup: int
+    max_seconds: float | None
+
+    def new_rule(self) -> SequentialRule:
+        p = self.rule
+        return SequentialRule(self.cls, self.roof, p.confidence, p.min_samples, p.max_samples,
+                              p.resolution)
+
+    @property
+    def what(self) -> str:
+        return f"{self.budget.path.name}::{self.cls.name} at concurrency {self.concurrency}"
+
+
+def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings,
+               concurrency: int = 1) -> ClassPlan:
+    """The plan of ``cls`` at ``concurrency``: at a level above 1 the roofline's batch is the
+    level (a class that lists levels runs each as its own item)."""
+    values: dict[str, str] = {}
+    if needs_demo(budget):
+        from pytest_specbound.physics.demo import demo_models
+
+        values.update(demo_models())
+    cls = cls.at(concurrency)
+    roof = roofline_for(budget, hw, values, concurrency if cls.level_ids else None)
+    rule = RuleParameters(settings.confidence, settings.min_samples,
+                          cls.samples or settings.samples, resolution_of(cls, settings.resolution))
+    prompts = tuple(load_prompts(cls.prompts, budget.origin(f"classes.{cls.name}.prompts")))
+    warmup = cls.warmup if cls.warmup is not None else settings.warmup
+    return ClassPlan(budget, cls, hw, roof, server_config(budget, settings), values, concurrency,
+                     rule, prompts, warmup, settings.max_seconds)
+
+
+def needs_demo(budget: Budget) -> bool:
+    texts = [budget.model.spec, budget.server.launch or ""]
+    if budget.draft_model:
+        texts.append(budget.draft_model.spec)
+    return any("{demo_" in t for t in texts)
+
+
+def model_spec(ref: ModelRef, values: dict[str, str], base: Path) -> str:
+    """The model reference with placeholders filled; a relative path found beside the budget."""
+    spec = fill(ref.spec, values)
+    path = base / spec
+    return str(path) if not Path(spec).is_absolute() and path.exists() else spec
+
+
+def resolve_model(ref: ModelRef, values: dict[str, str], base: Path, origin: str) -> Model:
+    return load_model(model_spec(ref, values, base), ref.dtype, origin)
+
+
+PREFILL_TOKENS = 512  # a prompt-sized batch: llama-bench's default, near its kernels' peak
+
+
+def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str],
+                 batch: int | None = None) -> Roofline:
+    """The budget's roofline on ``hw``; ``batch`` (a concurrency level) overrides its batch."""
+    base = budget.path.parent
+    model = resolve_model(budget.model, values, base, budget.origin("model"))
+    draft = (resolve_model(budget.draft_model, values, base, budget.origin("draft_model"))
+             if budget.draft_model else None)
+    if hw.name == "cpu":  # what the server sees: its threads, its working set, its kernels
+        threads = budget.threads or threads_from_launch(budget.server.launch)
+        reads = model.weight_bytes + (draft.weight_bytes if draft else 0.0)
+        level = batch or budget.batch
+        n = server_threads(hw, threads)
+        kernels = server_kernels(budget, model, values, n, budget.speculation.verify_tokens * level)
+        # several sequences: others' prompts are computed in their rounds (Roofline.prefill_ms)
+        prefill = (server_kernels(budget, model, values, n, PREFILL_TOKENS)
+                   if kernels and level > 1 else None)
+        hw = matched_to_server(hw, threads, reads, kernels, prefill)
+    overhead, overhead_source = (
+        (budget.overhead_ms, budget.origin("overhead_ms")) if budget.overhead_ms is not None
+        else overhead_for(budget.server.backend))
+    return compute_roofline(hw, model, budget.speculation, draft, budget.context,
+                            batch or budget.batch, overhead, budget.origins, budget.draft_step_ms,
+                            budget.head_dtype, overhead_source)
+
+
+def server_kernels(budget: Budget, model: Model, values: dict[str, str], threads: int,
+                   tokens: int) -> tuple[float, str] | None:
+    """(TFLOP/s, source) of llama.cpp's own kernels on the served GGUF over one verify step's
+    ``tokens``, from the ``llama-bench`` beside the launch command's ``llama-server``; None for
+    other servers and models."""
+    from pytest_specbound.physics.kernel_probe import bench_beside, kernel_tokens_per_s
+
+    bench = bench_beside(fill(budget.server.launch or "", {**placeholders(), **values}))
+    gguf = Path(model_spec(budget.model, values, budget.path.parent))
+    if bench is None or gguf.suffix != ".gguf" or not gguf.is_file():
+        return None
+    measured = kernel_tokens_per_s(bench, gguf, threads, tokens)
+    if measured is None:
+        return None
+    rate, source = measured
+    return 2 * model.active_params * rate / 1e12, source
+
+
+THREAD_FLAGS = ("-t", "--threads")  # llama-server; other CPU servers: [roofline] threads
+
+
+def threads_from_launch(launch: str | None) -> int | None:
+    """The compute thread count a launch command gives its server (``-t 4``, ``--threads=4``;
+    the last one given, as the server's own parser and the settings cross-check read it)."""
+    import shlex
+
+    try:
+        argv = shlex.split(launch or "")
+    except ValueError:
+        return None
+    threads, _ = int_flag(argv, *THREAD_FLAGS)
+    return threads if threads else None
+
+
+def server_config(budget: Budget, settings: Settings) -> ServerConfig:
+    """Precedence: command line > environment > ini > budget file (a marker is a budget)."""
+    cfg = budget.server
+    if settings.url:
+        cfg = replace(cfg, url=settings.url, launch=None, origin=settings.url_origin,
+                      backend=settings.backend or cfg.backend)
+    elif settings.launch:
+        cfg = replace(cfg, launch=settings.launch, url=None)
+    if settings.ca_bundle:
+        cfg = replace(cfg, ca_bundle=settings.ca_bundle)
+    if not cfg.url and not cfg.launch:
+        raise ConfigError(f"{budget.origin('server')}: no server to measure: give a launch command or "
+                          "a url (or pass --specbound-url / set SPECBOUND_URL)")
+    return cfg
+
+
