@@ -170,11 +170,16 @@ def test_counter_deltas_never_span_a_restart():
 
 def test_ctrl_c_during_a_level_hands_over_what_was_measured():
     seen: list[Measurement] = []
+    timer = threading.Timer(0.05, _thread.interrupt_main)
+
+    def record(m: Measurement) -> None:  # Ctrl-C once requests were counted, however busy
+        seen.append(m)                   # the machine is
+        if len(seen) == 2:
+            timer.start()
+
     with FakeServer("llamacpp", Script(step_s=0.01)) as fake:
-        timer = threading.Timer(1.0, _thread.interrupt_main)
-        timer.start()
         with pytest.raises(KeyboardInterrupt):
-            closed_loop(fake, 2, count=10_000, on_record=seen.append)
+            closed_loop(fake, 2, count=10_000, on_record=record)
         timer.cancel()
     assert seen[-1].interrupted and seen[-1].stop is Stop.INTERRUPTED
     assert seen[-1].records and all(r.in_flight for r in seen[-1].records)

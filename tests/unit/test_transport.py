@@ -131,21 +131,21 @@ def test_a_failed_launch_is_not_tried_again_in_the_session(tmp_path):
 
 def test_reads_carry_the_kernel_s_arrival_time_not_the_reader_s():
     """A reader that runs late (waiting for the GIL or the CPU) gets the time the bytes arrived."""
-    from pytest_specbound.serving import transport
+    from pytest_specbound.serving import stamping as transport
 
     listener = socket.create_server(("127.0.0.1", 0))
     client = socket.create_connection(listener.getsockname())
     server, _ = listener.accept()
     try:
-        if not transport._kernel_stamps(client):
+        if not transport.kernel_stamps(client):
             pytest.skip("no SO_TIMESTAMPNS on this platform")
         time.sleep(0.05)  # the kernel turns stamping on through deferred work (first use only)
         server.sendall(b"token")
         sent = time.time()
         time.sleep(0.05)  # the reader is late
-        data, ancillary, _, _ = client.recvmsg(64, transport._STAMP_SPACE)
+        data, ancillary, _, _ = client.recvmsg(64, transport.STAMP_SPACE)
         read = time.time()
-        stamp = transport._stamp_of(ancillary)
+        stamp = transport.stamp_of(ancillary)
         assert data == b"token" and stamp is not None
         assert abs(stamp - sent) < 0.01 and read - stamp > 0.04
     finally:
