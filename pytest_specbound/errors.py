@@ -15,6 +15,10 @@ class ServerError(SpecboundError):
     """The inference server could not be launched, reached or made ready."""
 
 
+class PortTaken(ServerError):
+    """The port chosen for a launch was taken by another process while the server started."""
+
+
 class RequestError(SpecboundError):
     """One request to the server failed; carries its cause."""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_specbound.errors import RequestError, ServerError
+from pytest_specbound.errors import PortTaken, RequestError, ServerError
 from pytest_specbound.serving.transport import ApiKey, Endpoint, TLSFailed
 
 DEFAULT_HOST = "127.0.0.1"
@@ -239,11 +239,16 @@ class Server:
         if self.process is None:
             return
         code = self.process.poll()
-        if code is not None:
-            raise ServerError(
-                f"server exited with code {code} while starting; log {self.log_path}: "
-                f"{self._tail() or '(empty)'}"
-            )
+        if code is None:
+            return
+        tail = self._tail() or "(empty)"
+        host, port = self.endpoint.host, self.endpoint.port
+        if port_in_use(host, port):  # ours is gone, yet something answers there
+            raise PortTaken(f"port {port} on {host} was taken by another process while the "
+                            f"server started (it exited with code {code}); log {self.log_path}: "
+                            f"{tail}")
+        raise ServerError(f"server exited with code {code} while starting; log {self.log_path}: "
+                          f"{tail}")
 
     def alive(self) -> bool:
         return self.process is None or self.process.poll() is None
@@ -283,10 +288,9 @@ def start_server(spec: LaunchSpec, ready_paths: Sequence[str], timeout_s: float,
         try:
             server.wait_ready(ready_paths, timeout_s, say)
             return server
-        except ServerError as exc:
+        except PortTaken:
             server.stop()
-            in_use = "address already in use" in str(exc).lower() or "bind" in str(exc).lower()
-            if spec.port is None and in_use and attempt < retries:
+            if spec.port is None and attempt < retries:  # a port we chose: choose another
                 continue
             raise
         except BaseException:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -162,6 +163,66 @@ def test_auto_port_picks_a_free_one(tmp_path):
         assert server.url.startswith("http://127.0.0.1:")
     finally:
         server.stop()
+
+
+# A launch that loses its port: another process (outside the server's process group) binds the
+# port the launcher chose, then the server exits as servers do when they cannot bind. The thief
+# holds the port for 30 s; its pid goes to a file so the test can end it.
+PORT_THIEF = r"""
+import os, subprocess, sys, time
+port, marker, pids, mode = sys.argv[1:5]
+if os.path.exists(marker):
+    os.execv(sys.executable, [sys.executable, "-m", "tests.servers.fake", "--family", "vllm",
+                              "--port", port])
+hold = ("import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1])));"
+        " s.listen(); time.sleep(30)")
+thief = subprocess.Popen([sys.executable, "-c", hold, port], start_new_session=True)
+with open(pids, "a") as f:
+    f.write(f"{thief.pid}\n")
+if mode == "once":  # the next launch starts the real server
+    open(marker, "w").close()
+time.sleep(0.5)
+sys.exit("error: bind: address already in use")
+"""
+
+
+@pytest.fixture
+def port_thief(tmp_path):
+    """A launch command whose server loses its port: ``once``, or on every launch."""
+    pids = tmp_path / "thieves"
+    script = tmp_path / "thief.py"
+    script.write_text(PORT_THIEF)
+    yield lambda mode: [sys.executable, str(script), "{port}", str(tmp_path / "marker"),
+                        str(pids), mode]
+    for pid in (pids.read_text().split() if pids.exists() else []):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def test_a_port_taken_while_the_server_started_is_retried_on_another(tmp_path, port_thief):
+    server = start_server(LaunchSpec(port_thief("once"), env=ENV), ("/health",), 20, tmp_path)
+    try:
+        assert server.alive() and len(list(tmp_path.glob("server-*.log"))) == 2
+    finally:
+        server.stop()
+
+
+def test_a_taken_port_after_all_retries_is_one_line(tmp_path, port_thief):
+    from pytest_specbound.errors import PortTaken
+
+    with pytest.raises(PortTaken, match=r"port \d+ on 127.0.0.1 was taken by another process "
+                                        r"while the server started \(it exited with code 1\)"):
+        start_server(LaunchSpec(port_thief("always"), env=ENV), ("/health",), 20, tmp_path)
+    assert len(list(tmp_path.glob("server-*.log"))) == 3  # the launch and two retries
+
+
+def test_a_server_that_cannot_bind_a_free_port_is_not_retried(tmp_path):
+    """Nobody holds the port: the server's own failure, shown once (no retry on a log word)."""
+    cmd = [sys.executable, "-c", "import sys; sys.exit('error: bind: address already in use')"]
+    with pytest.raises(ServerError, match="server exited with code 1 while starting") as info:
+        start_server(LaunchSpec(cmd, env=ENV), ("/health",), 20, tmp_path)
+    assert type(info.value) is ServerError
+    assert len(list(tmp_path.glob("server-*.log"))) == 1  # launched once
 
 
 # 10. no accept statistics ----------------------------------------------------------------------
