@@ -6,50 +6,38 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_specbound.errors import SpecboundError
+from pytest_specbound.values import ValueProblem, levels, number, whole_number
 
 if TYPE_CHECKING:
     from pytest_specbound.measure.measurement import Measurement
 
 FORMATS = ("table", "json", "markdown")
+T = TypeVar("T")
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+def _arg(rule: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse type from a value rule of :mod:`pytest_specbound.values`."""
+    def parse(text: str) -> T:
+        try:
+            return rule(text)
+        except ValueProblem as exc:
+            raise argparse.ArgumentTypeError(f"{exc}, got {text!r}") from None
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    value = _nonneg_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+_positive_float = _arg(lambda text: number(text, 0.0, open_low=True))
+_positive_int = _arg(lambda text: whole_number(text, 1))
+_nonneg_int = _arg(lambda text: whole_number(text, 0))
+_level = _arg(lambda text: levels([whole_number(text, 1)])[0])
 
 
 def hardware_from_args(spec: str, catalog_file: str | None, origin: str = "--hw") -> Any:
-    from pytest_specbound.physics.hardware import parse_hardware, project_catalog, user_catalog
+    from pytest_specbound.physics.hardware import resolve_hardware
 
-    extra = project_catalog()
-    if catalog_file:
-        extra.update(user_catalog(catalog_file))
-    return parse_hardware(spec, extra, origin)
+    return resolve_hardware(spec, catalog_file, origin)
 
 
 ROOFLINE_FLAGS = {"spec": "--spec", "draft_model": "--draft-model", "draft_dtype": "--draft-dtype",
@@ -290,15 +278,6 @@ def _measure_table(m: Measurement) -> str:
                                              m.chunked_note(), m.restart_note()) if n]
     lines += [f"failed: {r.error}" for r in m.failures]
     return "\n".join(lines)
-
-
-def _level(text: str) -> int:
-    from pytest_specbound.gate.settings import MAX_CONCURRENCY
-
-    if not text.isdigit() or not 1 <= int(text) <= MAX_CONCURRENCY:
-        raise argparse.ArgumentTypeError(f"expected a whole number in [1, {MAX_CONCURRENCY}], "
-                                         f"got {text!r}")
-    return int(text)
 
 
 def _add_measure(sub: Any) -> None:

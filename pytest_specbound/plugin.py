@@ -64,9 +64,9 @@ def pytest_configure(config: pytest.Config) -> None:
     hardware = None
     if settings.hw:
         try:
-            from pytest_specbound.cli import hardware_from_args
+            from pytest_specbound.physics.hardware import resolve_hardware
 
-            hardware = hardware_from_args(settings.hw, None, "--specbound-hw")
+            hardware = resolve_hardware(settings.hw, None, "--specbound-hw")
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
     session = SpecboundSession(config, settings, hardware)

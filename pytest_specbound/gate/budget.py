@@ -11,7 +11,6 @@ from typing import Any
 
 from pytest_specbound._toml import decode_text, key_line, loads_toml
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.settings import MAX_CONCURRENCY
 from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
 from pytest_specbound.physics.speculative import (
     HEAD_METHODS,
@@ -21,6 +20,7 @@ from pytest_specbound.physics.speculative import (
 )
 from pytest_specbound.serving.backends import BACKENDS
 from pytest_specbound.serving.connect import ServerConfig
+from pytest_specbound.values import ValueProblem, levels
 
 TOP_KEYS = {"model", "speculative", "server", "classes", "hardware", "roofline"}
 MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
@@ -413,13 +413,9 @@ def _flag(w: _Where, table: str, t: dict[str, Any], key: str) -> bool:
 
 
 def _concurrency(w: _Where, table: str, value: Any) -> tuple[int, ...]:
-    """``concurrency = 4`` or ``[1, 4, 16]``: distinct whole numbers in [1, MAX_CONCURRENCY]."""
-    values = value if isinstance(value, list) else [value]
-    good = values and all(isinstance(v, int) and not isinstance(v, bool)
-                          and 1 <= v <= MAX_CONCURRENCY for v in values)
-    if not good:
-        raise w.error(table, "concurrency", f"must be a whole number in [1, {MAX_CONCURRENCY}] or "
-                      f"a list of them, e.g. [1, 4, 16]; got {value!r}")
-    if len(set(values)) != len(values):
-        raise w.error(table, "concurrency", f"repeats a level: {value!r}")
-    return tuple(int(v) for v in values)
+    """``concurrency = 4`` or ``[1, 4, 16]``."""
+    try:
+        return levels(value if isinstance(value, list) else [value])
+    except ValueProblem as exc:
+        raise w.error(table, "concurrency", f"{exc}: a whole number or a list of them, e.g. "
+                      f"[1, 4, 16]; got {value!r}") from None

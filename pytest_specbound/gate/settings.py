@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specbound.errors import ConfigError
+from pytest_specbound.values import ValueProblem, levels_text, number, whole_number
 
 INCONCLUSIVE = ("fail", "pass", "skip")
-MAX_CONCURRENCY = 1024  # closed-loop streams per level (budget key and flag)
 
 
 @dataclass(frozen=True)
@@ -86,38 +86,28 @@ class Settings:
 
 
 def _levels(flag: str, text: str | None) -> tuple[int, ...] | None:
-    """``1,4,16`` -> (1, 4, 16): distinct whole numbers >= 1."""
+    """``1,4,16`` -> (1, 4, 16)."""
     if not text:
         return None
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() and 1 <= int(p) <= MAX_CONCURRENCY for p in parts) \
-            or len(set(map(int, parts))) != len(parts):
-        raise ConfigError(f"{flag}={text}: expected distinct whole numbers in "
-                          f"[1, {MAX_CONCURRENCY}], comma-separated, e.g. 1,4,16")
-    return tuple(int(p) for p in parts)
+    try:
+        return levels_text(text)
+    except ValueProblem as exc:
+        raise ConfigError(f"{flag}={text}: {exc}, comma-separated, e.g. 1,4,16") from None
 
 
 def _int(flag: str, text: str, low: int) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(f"{flag}={text}: expected a whole number >= {low}") from None
-    if value < low:
-        raise ConfigError(f"{flag}={text}: expected a whole number >= {low}")
-    return value
+        return whole_number(text, low)
+    except ValueProblem as exc:
+        raise ConfigError(f"{flag}={text}: {exc}") from None
 
 
-def _float(flag: str, text: str, low: float, high: float | None = None, open_low: bool = False) -> float:
+def _float(flag: str, text: str, low: float, high: float | None = None,
+           open_low: bool = False) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    bad = value != value or (value <= low if open_low else value < low) or (
-        high is not None and value >= high)
-    if bad:
-        rng = f"({low:g}, {high:g})" if high is not None else f"> {low:g}"
-        raise ConfigError(f"{flag}={text}: expected a number in {rng}")
-    return value
+        return number(text, low, high, open_low)
+    except ValueProblem as exc:
+        raise ConfigError(f"{flag}={text}: {exc}") from None
 
 
 def _existing_file(flag: str, text: str | None) -> str | None:

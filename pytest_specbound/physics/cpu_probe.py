@@ -13,10 +13,13 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from pytest_specbound.atomic import write_json
+from pytest_specbound.errors import ConfigError
+from pytest_specbound.values import ValueProblem, number
 
 CACHE = Path(os.environ.get("SPECBOUND_CACHE_DIR")
              or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specbound"
@@ -192,33 +195,53 @@ def contended_note(probe: Probe) -> str:
             f"{ATTEMPTS} tries; not cached, measured again next run)")
 
 
-def probe_cpu(refresh: bool = False) -> dict[str, Any]:
+BANDWIDTH_OVERRIDE = "SPECBOUND_CPU_BANDWIDTH_GBS"
+
+
+def bandwidth_override() -> float | None:
+    """GB/s from ``SPECBOUND_CPU_BANDWIDTH_GBS``, which replaces every read probe; None unset."""
+    text = os.environ.get(BANDWIDTH_OVERRIDE)
+    if not text:
+        return None
+    try:
+        return number(text, 0.0, open_low=True)
+    except ValueProblem as exc:
+        raise ConfigError(f"{BANDWIDTH_OVERRIDE}={text}: {exc} (GB/s)") from None
+
+
+@dataclass(frozen=True)
+class HostProbe:
+    """This host as a whole: read bandwidth, fp32 matmul rate, cores, and where they came from."""
+
+    cores: int
+    bandwidth_gbs: float
+    fp32_tflops: float
+    source: str
+
+
+def probe_cpu(refresh: bool = False) -> HostProbe:
     """Bandwidth (GB/s), fp32 TFLOP/s and core count of this host; cached per kind of machine."""
     cores = os.cpu_count() or 1
-    override = os.environ.get("SPECBOUND_CPU_BANDWIDTH_GBS")
     cached = load_cache()
-    result: dict[str, Any]
     if not refresh and isinstance(cached.get("bandwidth_gbs"), (int, float)):
-        result = {k: cached[k] for k in ("cores", "bandwidth_gbs", "fp32_tflops", "source")
-                  if k in cached}
+        probe = HostProbe(int(cached.get("cores") or cores), float(cached["bandwidth_gbs"]),
+                          float(cached.get("fp32_tflops") or 0.0), str(cached.get("source", "")))
     else:
         import numpy as np
 
-        probe = quietest(lambda: _read_bandwidth_gbs(np, cores))
-        result = {
-            "cores": cores,
-            "bandwidth_gbs": round(probe.value, 2),
-            "fp32_tflops": round(_matmul_tflops(np), 4),
-            "source": f"measured on this host ({cores} cores): numpy read/copy and 1024^2 matmul",
-        }
-        if probe.contended:
-            result["source"] += contended_note(probe)
+        read = quietest(lambda: _read_bandwidth_gbs(np, cores))
+        probe = HostProbe(cores, round(read.value, 2), round(_matmul_tflops(np), 4),
+                          f"measured on this host ({cores} cores): numpy read/copy and 1024^2 "
+                          "matmul")
+        if read.contended:
+            probe = replace(probe, source=probe.source + contended_note(read))
         else:
-            save_cache(result)
-    if override:
-        result["bandwidth_gbs"] = float(override)
-        result["source"] = "SPECBOUND_CPU_BANDWIDTH_GBS"
-    return result
+            save_cache({"cores": probe.cores, "bandwidth_gbs": probe.bandwidth_gbs,
+                        "fp32_tflops": probe.fp32_tflops, "source": probe.source})
+    override = bandwidth_override()
+    if override is not None:
+        probe = replace(probe, bandwidth_gbs=override, source=BANDWIDTH_OVERRIDE)
+    return probe
 
 
 MIN_WORKING_SET = 1 << 20  # 1 MiB: below this the probe measures loop overhead, not memory
@@ -240,9 +263,9 @@ def read_bandwidth(threads: int, working_set: float, refresh: bool = False) -> t
     Cached per (threads, working-set bucket) beside the host probe. ``SPECBOUND_CPU_BANDWIDTH_GBS``
     overrides it as it overrides the host probe.
     """
-    override = os.environ.get("SPECBOUND_CPU_BANDWIDTH_GBS")
-    if override:
-        return float(override), "SPECBOUND_CPU_BANDWIDTH_GBS"
+    override = bandwidth_override()
+    if override is not None:
+        return override, BANDWIDTH_OVERRIDE
     threads = max(1, threads)
     size = working_set_bucket(working_set)
     key = f"read:{threads}:{size}"

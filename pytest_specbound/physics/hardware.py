@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -37,7 +37,10 @@ class Hardware:
     fp4_tflops: float = 0.0
     kernel_tflops: float = 0.0  # this host's CPU: the serving software's own kernels, measured
     prefill_kernel_tflops: float = 0.0  # likewise over a prompt-sized batch (their peak)
-    extra: dict[str, Any] = field(default_factory=dict)
+    cores: int = 0  # this host's CPU: its cores (0: not a CPU)
+    threads: int = 0  # the server's threads, where matched to a server on this host
+    working_set_bytes: int = 0  # the bytes one step reads, which the read probe used
+    detected: str | None = None  # the GPU's name as NVML gave it
 
     @property
     def label(self) -> str:
@@ -82,7 +85,9 @@ class Hardware:
             "link": self.link,
             "link_gbs": self.link_gbs,
             "source": self.source,
-            **self.extra,
+            **{k: v for k, v in (("cores", self.cores), ("threads", self.threads),
+                                 ("working_set_bytes", self.working_set_bytes),
+                                 ("detected", self.detected)) if v},
         }
 
 
@@ -175,22 +180,22 @@ def cpu_hardware() -> Hardware:
     probe = probe_cpu()
     return Hardware(
         name="cpu",
-        title=f"this host's CPU ({probe['cores']} cores)",
+        title=f"this host's CPU ({probe.cores} cores)",
         count=1,
-        bandwidth_gbs=float(probe["bandwidth_gbs"]),
+        bandwidth_gbs=probe.bandwidth_gbs,
         memory_gb=0.0,
-        bf16_tflops=float(probe["fp32_tflops"]),
+        bf16_tflops=probe.fp32_tflops,
         link="none",
         link_gbs=0.0,
-        source=str(probe["source"]),
-        extra={"cores": probe["cores"]},
+        source=probe.source,
+        cores=probe.cores,
     )
 
 
 def server_threads(hw: Hardware, threads: int | None) -> int:
     """The threads a server on this host's CPU computes with: ``threads``, default every core,
     never more than the host has."""
-    cores = int(hw.extra.get("cores") or 1)
+    cores = hw.cores or 1
     return min(threads or cores, cores)
 
 
@@ -206,7 +211,7 @@ def matched_to_server(hw: Hardware, threads: int | None, working_set: float,
         return hw
     from pytest_specbound.physics.cpu_probe import read_bandwidth
 
-    cores = int(hw.extra.get("cores") or 1)
+    cores = hw.cores or 1
     n = server_threads(hw, threads)
     gbs, source = read_bandwidth(n, working_set)
     if kernel:
@@ -217,7 +222,7 @@ def matched_to_server(hw: Hardware, threads: int | None, working_set: float,
                    prefill_kernel_tflops=prefill[0] if prefill else 0.0,
                    bf16_tflops=hw.bf16_tflops * n / cores,  # the matmul probe used every core
                    title=f"this host's CPU ({n} of {cores} cores, as the server runs)",
-                   extra={**hw.extra, "threads": n, "working_set_bytes": int(working_set)})
+                   threads=n, working_set_bytes=int(working_set))
 
 
 def detect_hardware(nvml: Any = None) -> Hardware:
@@ -230,7 +235,7 @@ def detect_hardware(nvml: Any = None) -> Hardware:
             hw = _from_entry(canonical, entry, gpu.count)
             if gpu.count > 1 and not gpu.nvlink and hw.link.startswith("nvlink"):
                 hw = replace(hw, link="pcie4", link_gbs=32.0)
-            return replace(hw, extra={"detected": gpu.name})
+            return replace(hw, detected=gpu.name)
     return Hardware(
         name=re.sub(r"[^a-z0-9]+", "-", gpu.name.lower()).strip("-"),
         title=gpu.name,
@@ -241,7 +246,7 @@ def detect_hardware(nvml: Any = None) -> Hardware:
         link=("nvlink4" if gpu.nvlink else "pcie4") if gpu.count > 1 else "none",
         link_gbs=450.0 if gpu.nvlink else 32.0,
         source="NVML: memory clock x bus width (not in the catalog; TFLOP/s unknown)",
-        extra={"detected": gpu.name},
+        detected=gpu.name,
     )
 
 
@@ -259,3 +264,12 @@ def project_catalog(root: Path | None = None) -> dict[str, dict[str, Any]]:
     if not data.get("tool", {}).get("specbound", {}).get("hardware"):
         return {}
     return user_catalog(pyproject)
+
+
+def resolve_hardware(spec: str, catalog_file: str | None = None,
+                     origin: str = "hardware") -> Hardware:
+    """``spec`` against the catalog, the project's catalog and ``catalog_file`` (a user's TOML)."""
+    extra = project_catalog()
+    if catalog_file:
+        extra.update(user_catalog(catalog_file))
+    return parse_hardware(spec, extra, origin)

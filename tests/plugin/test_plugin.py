@@ -25,7 +25,7 @@ def write_budget(pytester, text, name="budgets/gate.toml"):
         (["--specbound-samples=0"], "--specbound-samples=0: expected a whole number >= 1"),
         (["--specbound-samples=many"], "--specbound-samples=many: expected a whole number"),
         (["--specbound-confidence=1.5"], "--specbound-confidence=1.5: expected a number in (0, 1)"),
-        (["--specbound-max-seconds=-2"], "--specbound-max-seconds=-2: expected a number in > 0"),
+        (["--specbound-max-seconds=-2"], "--specbound-max-seconds=-2: expected a number > 0"),
         (["--specbound-inconclusive=maybe"], "--specbound-inconclusive=maybe: valid: fail, pass, skip"),
         (["--specbound-url=localhost:8000"], "--specbound-url=localhost:8000: expected http://"),
         (["--specbound-backend=ollama"], "--specbound-backend=ollama: unknown backend; valid: sglang"),

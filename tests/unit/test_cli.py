@@ -93,8 +93,8 @@ def test_errors_are_one_line(capsys, argv, needle):
 
 
 @pytest.mark.parametrize(("argv", "needle"), [(["--accept", "abc"], "expected a number"),
-                                              (["--accept", "0"], "must be > 0"),
-                                              (["--context", "-3"], "must be >= 0"),
+                                              (["--accept", "0"], "expected a number > 0"),
+                                              (["--context", "-3"], "expected a whole number >= 0"),
                                               (["--format", "xml"], "invalid choice")])
 def test_argparse_errors_name_flag(capsys, argv, needle):
     with pytest.raises(SystemExit) as exc:

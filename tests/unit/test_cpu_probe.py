@@ -27,7 +27,7 @@ def test_threads_from_launch(launch, threads):
 
 def cpu(cores: int = 2) -> Hardware:
     return Hardware("cpu", "this host's CPU", 1, 30.0, 0.0, 1.0, "none", 0.0, "probe",
-                    extra={"cores": cores})
+                    cores=cores)
 
 
 BUDGET = """
@@ -51,7 +51,7 @@ def test_the_cpu_roofline_uses_the_servers_threads_and_working_set(tmp_path, mon
     path.write_text(BUDGET)
     roof = roofline_for(load_budget(path), cpu(), {})
     assert seen == [(1, roof.model.weight_bytes)]  # -t 1, and one step reads every weight
-    assert roof.hardware.bandwidth_gbs == 10.0 and roof.hardware.extra["threads"] == 1
+    assert roof.hardware.bandwidth_gbs == 10.0 and roof.hardware.threads == 1
     assert roof.hardware.bf16_tflops == 0.5  # one of two cores: half the host's matmul rate
     path.write_text(BUDGET + "[roofline]\nthreads = 8\n")
     roofline_for(load_budget(path), cpu(cores=2), {})
@@ -186,3 +186,13 @@ def test_a_beaten_cpu_ceiling_drops_the_cached_probes(tmp_path, monkeypatch):
     cpu_probe.forget_probes()
     note = beaten_cpu_ceiling(host, 1.04)  # nothing cached: the probes ran in this very run
     assert note and "measured in this run" in note
+
+
+def test_a_bad_bandwidth_override_is_one_line(monkeypatch):
+    from pytest_specbound.errors import ConfigError
+    from pytest_specbound.physics.cpu_probe import read_bandwidth
+
+    monkeypatch.setenv("SPECBOUND_CPU_BANDWIDTH_GBS", "fast")
+    with pytest.raises(ConfigError, match=r"^SPECBOUND_CPU_BANDWIDTH_GBS=fast: expected a number "
+                                          r"> 0 \(GB/s\)$"):
+        read_bandwidth(1, 1 << 20)

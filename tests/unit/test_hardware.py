@@ -167,7 +167,7 @@ def test_cpu_profile_uses_override(monkeypatch, tmp_path):
     assert parse_hardware("cpu").bandwidth_gbs == 9.0
     monkeypatch.setenv("SPECBOUND_CPU_BANDWIDTH_GBS", "12.5")
     hw = parse_hardware("cpu")
-    assert hw.bandwidth_gbs == 12.5 and hw.extra["cores"] >= 1
+    assert hw.bandwidth_gbs == 12.5 and hw.cores >= 1
 
 
 def test_no_cpu_compute_ceiling_for_integer_kernel_weights(monkeypatch):

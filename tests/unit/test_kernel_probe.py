@@ -153,7 +153,7 @@ def test_the_roofline_takes_the_servers_kernels_at_each_levels_verify(tmp_path, 
         """))
     budget = load_budget(tmp_path / "b.toml")
     host = Hardware("cpu", "cpu", 1, 30.0, 0.0, 1.0, "none", 0.0, "probe",
-                    extra={"cores": 2})
+                    cores=2)
     one = roofline_for(budget, host, {}, 1)
     assert runs(tmp_path / "bin")[-1].split()[2:6] == ["-p", "4", "-n", "0"]
     verify_ms = 4 / 400.0 * 1e3  # the bench's 4-token forward, 10 ms

@@ -10,7 +10,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[2] / "pytest_specbound"
 STAGES = ("physics", "serving", "measure", "gate", "report")  # the data flow, in order
 SHELLS = ("plugin", "cli")  # on top of everything
-BASE = ("errors", "atomic", "_toml", "__init__")  # leaves any stage may use
+BASE = ("errors", "atomic", "_toml", "values", "__init__")  # leaves any stage may use
 HEAVY = ("requests", "urllib3", "numpy", "gguf", "prometheus_client", "filelock", "matplotlib",
          "pynvml", "pytest_specbound.serving", "pytest_specbound.measure",
          "pytest_specbound.physics.roofline")
@@ -58,6 +58,8 @@ def violations(pkg: Path) -> list[str]:
                 continue
             if own in BASE:
                 found.append(f"{where}: base module imports {mod}")
+            elif own in SHELLS and target in SHELLS:
+                found.append(f"{where}: the shell {own} leans on the shell {mod}")
             elif own in STAGES and (target in SHELLS or (target in STAGES and
                                                           STAGES.index(target) > STAGES.index(own))):
                 found.append(f"{where}: {own} imports the later {mod}")

@@ -35,7 +35,7 @@ def cpu_host(verify_tflops: float, prefill_tflops: float) -> Hardware:
     """This host's CPU as a llama-server budget sees it: its kernels measured at both shapes."""
     return Hardware("cpu", "cpu", 1, 30.0, 0.0, 1.0, "none", 0.0, "probe",
                     kernel_tflops=verify_tflops, prefill_kernel_tflops=prefill_tflops,
-                    extra={"cores": 2})
+                    cores=2)
 
 
 def test_others_prompts_are_counted_where_they_overlap_a_decode():
