@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 MAX_CONCURRENCY = 1024  # closed-loop streams per level (budget key, flags, specbound measure)
+# the relative miss of a threshold the sequential verdict is sized to catch, unless set
+DEFAULT_RESOLUTION = 0.05
 
 
 class ValueProblem(ValueError):

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 
 from pytest_specbound.gate.result import ClassResult
-from pytest_specbound.measure.sequential import DEFAULT_RESOLUTION
+from pytest_specbound.values import DEFAULT_RESOLUTION
 
 
 def propose(result: ClassResult) -> dict[str, float | list[float]]:

@@ -11,7 +11,6 @@ from pytest_specbound.gate.evaluate import thresholds_decided
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.sequential import (
-    DEFAULT_RESOLUTION,
     MIN_DECISION,
     Decision,
     Limit,
@@ -23,6 +22,7 @@ from pytest_specbound.measure.sequential import (
 )
 from pytest_specbound.measure.stats import bounds
 from pytest_specbound.physics.roofline import Roofline
+from pytest_specbound.values import DEFAULT_RESOLUTION
 
 Decisions = Mapping[Threshold, Decision]
 

@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.values import ValueProblem, levels_text, number, whole_number
+from pytest_specbound.values import (
+    DEFAULT_RESOLUTION,
+    ValueProblem,
+    levels_text,
+    number,
+    whole_number,
+)
 
 INCONCLUSIVE = ("fail", "pass", "skip")
 
@@ -54,7 +60,7 @@ OPTIONS = (
            "confidence level of the verdict intervals", "0.95"),
     Option("specbound_resolution", "--specbound-resolution", "SPECBOUND_RESOLUTION",
            "relative miss of a threshold the verdict must catch, for classes that do not set "
-           "resolution", "0.05"),
+           "resolution", f"{DEFAULT_RESOLUTION:g}"),
     Option("specbound_inconclusive", "--specbound-inconclusive", None,
            "what an inconclusive verdict counts as: fail, pass or skip", "fail"),
     Option("specbound_budgets", "--specbound-budgets", None,
@@ -81,7 +87,7 @@ class Settings:
     confidence: float
     inconclusive: str
     budgets: tuple[str, ...]
-    resolution: float = 0.05
+    resolution: float
     concurrency: tuple[int, ...] | None = None  # overrides every class's levels
 
 
@@ -138,22 +144,47 @@ def output_path(flag: str, text: str | None, folder: bool = False) -> Path | Non
     return p
 
 
+def _merged(opt: Option, cli: Mapping[str, Any], env: Mapping[str, str],
+            ini: Callable[[str], Any]) -> tuple[Any, str]:
+    """The option's value and where it came from: CLI > env > ini > its default."""
+    if cli.get(opt.name) is not None:
+        return cli[opt.name], opt.flag
+    if opt.env and env.get(opt.env):
+        return env[opt.env], f"{opt.env} (environment)"
+    ini_value = ini(opt.name)
+    if ini_value not in (None, "", []):
+        return ini_value, f"{opt.name} (ini)"
+    return opt.default, opt.flag
+
+
+def _check_choices(texts: Callable[[str], str | None], origin: Callable[[str], str]) -> None:
+    """The options whose value must be one of a set, or parse as a URL or hardware string."""
+    inconclusive = texts("specbound_inconclusive")
+    if inconclusive not in INCONCLUSIVE:
+        raise ConfigError(f"{origin('specbound_inconclusive')}={inconclusive}: valid: "
+                          f"{', '.join(INCONCLUSIVE)}")
+    backend = texts("specbound_backend")
+    if backend:
+        from pytest_specbound.serving.backends import BACKENDS
+
+        if backend not in BACKENDS:
+            raise ConfigError(f"{origin('specbound_backend')}={backend}: unknown backend; valid: "
+                              f"{', '.join(BACKENDS)}")
+    url = texts("specbound_url")
+    if url:
+        from pytest_specbound.serving.urls import split_url
+
+        split_url(url, origin("specbound_url"))
+    hw = texts("specbound_hw")
+    if hw is not None and not hw.strip():
+        raise ConfigError(f"{origin('specbound_hw')}: empty; e.g. a6000x2, h100x8, cpu, auto")
+
+
 def resolve(
     cli: Mapping[str, Any], env: Mapping[str, str], ini: Callable[[str], Any]
 ) -> Settings:
-    """Merge sources (CLI > env > ini > default) and validate every value."""
-    raw: dict[str, tuple[Any, str]] = {}
-    for opt in OPTIONS:
-        value, source = cli.get(opt.name), opt.flag
-        if value is None and opt.env and env.get(opt.env):
-            value, source = env[opt.env], f"{opt.env} (environment)"
-        if value is None:
-            ini_value = ini(opt.name)
-            if ini_value not in (None, "", []):
-                value, source = ini_value, f"{opt.name} (ini)"
-        if value is None:
-            value = opt.default
-        raw[opt.name] = (value, source)
+    """Merge sources (CLI > env > ini > the option's default) and validate every value."""
+    raw = {opt.name: _merged(opt, cli, env, ini) for opt in OPTIONS}
 
     def text(name: str) -> str | None:
         v = raw[name][0]
@@ -162,57 +193,40 @@ def resolve(
     def origin(name: str) -> str:
         return raw[name][1]
 
-    inconclusive = text("specbound_inconclusive") or "fail"
-    if inconclusive not in INCONCLUSIVE:
-        raise ConfigError(f"{origin('specbound_inconclusive')}={inconclusive}: valid: "
-                          f"{', '.join(INCONCLUSIVE)}")
-    backend = text("specbound_backend")
-    if backend:
-        from pytest_specbound.serving.backends import BACKENDS
+    def given(name: str) -> str:  # an option with a default: never None
+        return text(name) or ""
 
-        if backend not in BACKENDS:
-            raise ConfigError(f"{origin('specbound_backend')}={backend}: unknown backend; valid: "
-                              f"{', '.join(BACKENDS)}")
-    url = text("specbound_url")
-    if url:
-        from pytest_specbound.serving.urls import split_url
-
-        split_url(url, origin("specbound_url"))
-    hw = text("specbound_hw")
-    if hw is not None and not hw.strip():
-        raise ConfigError(f"{origin('specbound_hw')}: empty; e.g. a6000x2, h100x8, cpu, auto")
+    _check_choices(text, origin)
     budgets_raw = raw["specbound_budgets"][0]
     budgets = tuple(budgets_raw) if isinstance(budgets_raw, list) else tuple(
-        str(budgets_raw or "budgets").split())
-    samples = _int(origin("specbound_samples"), text("specbound_samples") or "64", 1)
+        str(budgets_raw).split())
+    samples = _int(origin("specbound_samples"), given("specbound_samples"), 1)
     # three requests at least: with two, one degree of freedom makes every interval useless
-    min_samples = _int(origin("specbound_min_samples"), text("specbound_min_samples") or "4", 3)
-
-    def path(name: str) -> Path | None:
-        return output_path(origin(name), text(name))
-
+    min_samples = _int(origin("specbound_min_samples"), given("specbound_min_samples"), 3)
+    hw = text("specbound_hw")
     return Settings(
         hw=hw.strip() if hw else None,
-        url=url,
+        url=text("specbound_url"),
         url_origin=origin("specbound_url"),
         ca_bundle=_existing_file(origin("specbound_ca_bundle"), text("specbound_ca_bundle")),
         launch=text("specbound_launch"),
-        backend=backend,
-        json_path=path("specbound_json"),
-        benchmark_json=path("specbound_benchmark_json"),
-        plot=path("specbound_plot"),
-        log_dir=output_path(origin("specbound_log_dir"), text("specbound_log_dir")
-                            or ".specbound/logs", folder=True) or Path(".specbound/logs"),
+        backend=text("specbound_backend"),
+        json_path=output_path(origin("specbound_json"), text("specbound_json")),
+        benchmark_json=output_path(origin("specbound_benchmark_json"),
+                                   text("specbound_benchmark_json")),
+        plot=output_path(origin("specbound_plot"), text("specbound_plot")),
+        log_dir=output_path(origin("specbound_log_dir"), given("specbound_log_dir"),
+                            folder=True) or Path(given("specbound_log_dir")),
         samples=samples,
         min_samples=min(min_samples, max(samples, 3)),
-        warmup=_int(origin("specbound_warmup"), text("specbound_warmup") or "1", 0),
-        max_seconds=_float(origin("specbound_max_seconds"), text("specbound_max_seconds") or "600",
-                           0, open_low=True),
-        confidence=_float(origin("specbound_confidence"), text("specbound_confidence") or "0.95",
-                          0, 1, open_low=True),
-        inconclusive=inconclusive,
+        warmup=_int(origin("specbound_warmup"), given("specbound_warmup"), 0),
+        max_seconds=_float(origin("specbound_max_seconds"), given("specbound_max_seconds"), 0,
+                           open_low=True),
+        confidence=_float(origin("specbound_confidence"), given("specbound_confidence"), 0, 1,
+                          open_low=True),
+        inconclusive=given("specbound_inconclusive"),
         budgets=budgets,
-        resolution=_float(origin("specbound_resolution"), text("specbound_resolution") or "0.05",
+        resolution=_float(origin("specbound_resolution"), given("specbound_resolution"),
                           0.005, 0.5),
         concurrency=_levels(origin("specbound_concurrency"), text("specbound_concurrency")),
     )

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.physics.roofline import Roofline
 from pytest_specbound.serving.records import RequestRecord
+from pytest_specbound.values import DEFAULT_RESOLUTION
 
 
 def synthetic_record(rng: random.Random, tok_s: float, accept: float, tokens: int,
@@ -24,7 +25,7 @@ def run_sequential(rng: random.Random, budget: ClassBudget, roof: Roofline, tok_
                    accept: float, rate_sd: float, confidence: float = 0.95,
                    min_samples: int = 4, max_samples: int = 64, tokens: int = 256,
                    noise: Sequence[float] | None = None,
-                   resolution: float = 0.05,
+                   resolution: float = DEFAULT_RESOLUTION,
                    log_noise: Callable[[random.Random], float] | None = None) -> tuple[str, int]:
     """Sample until the sequential rule stops; return (verdict status, requests used).
 

@@ -51,7 +51,6 @@ from pytest_specbound.physics.roofline import Roofline
 
 Side = Literal["ok", "bad", "unsure"]
 MISS_RATE = 0.05  # beta: chance of passing a threshold the truth misses by a resolution or more
-DEFAULT_RESOLUTION = 0.05
 NOISE_QUANTILE = 0.25  # the variance used is its 75% upper confidence bound
 OUTLIER_SCALES = 4.0  # a request this far out may not decide a threshold on its own
 MIN_DECISION = 4  # requests before any decision
