@@ -8,6 +8,7 @@ it was read (``/props total_slots``, ``launch: -np 4``), so a mismatch can name 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -64,8 +65,22 @@ def argv_of(launch: str | None) -> list[str]:
 
 def runs(argv: Sequence[str], *names: str) -> bool:
     """Whether the command is the server itself (``llama-server``, ``vllm serve``, ``python -m
-    sglang.launch_server``), not a wrapper: only then does a missing flag mean its default."""
-    return any(any(n in part for n in names) for part in argv[:4])
+    sglang.launch_server``), not a wrapper: only then does a missing flag mean its default.
+    The program is matched by its file name and a ``-m`` module by its dotted name, never as a
+    substring of a path (a venv named ``novllm`` does not run vLLM)."""
+    words = list(argv)
+    while words and (words[0] == "env" or ("=" in words[0] and not words[0].startswith("-"))):
+        words.pop(0)  # env A=1 vllm serve
+    if not words:
+        return False
+    if os.path.basename(words[0]) in names:
+        return True
+    for i, word in enumerate(words[1:4], start=1):
+        module = words[i + 1] if word == "-m" and i + 1 < len(words) else (
+            word[2:] if word.startswith("-m") and len(word) > 2 else None)
+        if module is not None:
+            return any(module == n or module.startswith(n + ".") for n in names)
+    return False
 
 
 def flag_value(argv: Sequence[str], *flags: str) -> tuple[str, str] | None:

@@ -150,3 +150,22 @@ prompts = "coding"
     found = mismatches(b, parse_hardware("a6000x2"), served)
     assert len(found) == 1 and "budget says mtp:3" in found[0] and "2 draft steps" in found[0]
     assert f"{config}: speculative_config: 2 draft tokens" in found[0]
+
+
+@pytest.mark.parametrize(("launch", "names", "expected"), [
+    ("vllm serve m", ("vllm.entrypoints", "vllm"), True),
+    ("/opt/venv/bin/vllm serve m", ("vllm.entrypoints", "vllm"), True),
+    ("python -m vllm.entrypoints.openai.api_server --model m", ("vllm.entrypoints", "vllm"), True),
+    ("env CUDA_VISIBLE_DEVICES=0 vllm serve m", ("vllm.entrypoints", "vllm"), True),
+    # a path that merely contains the name is not the server (a venv called novllm)
+    ("/ci/venv-novllm/bin/python -m tests.servers.fake --family vllm", ("vllm.entrypoints", "vllm"),
+     False),
+    ("./serve-vllm.sh --port 8000", ("vllm.entrypoints", "vllm"), False),
+    ("/usr/local/bin/llama-server -m x.gguf", ("llama-server",), True),
+    ("python3 -msglang.launch_server --model-path m", ("sglang",), True),
+    ("", ("sglang",), False),
+])
+def test_the_server_itself_is_told_from_a_wrapper(launch, names, expected):
+    from pytest_specbound.serving.settings import argv_of, runs
+
+    assert runs(argv_of(launch), *names) is expected
