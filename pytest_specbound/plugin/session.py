@@ -1,22 +1,16 @@
-"""pytest glue: options, budget-file collection, markers, fixtures, reports.
-
-Import-light on purpose: pytest imports this module in every session of every project that has
-the package installed, so everything beyond ``settings`` is imported inside the hooks that use it.
-"""
+"""The run's state as pytest sees it: settings, hardware, the server pool, outputs; running one
+class for an item, and the session hooks that write the results."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
-from pytest_specbound.gate.settings import OPTIONS, resolve
 
 if TYPE_CHECKING:
     from pytest_specbound.gate.budget import Budget
@@ -25,55 +19,11 @@ if TYPE_CHECKING:
     from pytest_specbound.gate.settings import Settings
     from pytest_specbound.gate.verdict import Verdict
     from pytest_specbound.physics.hardware import Hardware
-    from pytest_specbound.physics.models import Model
-    from pytest_specbound.physics.roofline import Roofline
     from pytest_specbound.report.outputs import Outputs
     from pytest_specbound.report.progress import Progress
-    from pytest_specbound.serving.server import Server
 
 PROPERTY = "specbound"
 SHARED_DIR = "specbound_shared_dir"  # workerinput key: the folder xdist workers share
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("specbound", "roofline-derived performance gates (pytest-specbound)")
-    for opt in OPTIONS:
-        env = f" [env {opt.env}]" if opt.env else ""
-        default = f" (default {opt.default})" if opt.default else ""
-        group.addoption(opt.flag, dest=opt.name, default=None, help=opt.help + env + default)
-        if opt.name == "specbound_budgets":
-            parser.addini(opt.name, opt.help, type="args")
-        else:
-            parser.addini(opt.name, opt.help)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "specbound(prompt_class=..., accept=(lo, hi), min_efficiency=..., min_tok_s=..., "
-        "prompts=..., max_tokens=..., server=..., budget=...): a roofline-derived performance "
-        "gate for the specbound_measure / specbound_check fixtures",
-    )
-    from pytest_specbound.errors import ConfigError
-
-    cli = {opt.name: config.getoption(opt.name) for opt in OPTIONS}
-    try:
-        settings = resolve(cli, os.environ, lambda name: config.getini(name))
-    except ConfigError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    hardware = None
-    if settings.hw:
-        try:
-            from pytest_specbound.physics.hardware import resolve_hardware
-
-            hardware = resolve_hardware(settings.hw, None, "--specbound-hw")
-        except ConfigError as exc:
-            raise pytest.UsageError(str(exc)) from None
-    session = SpecboundSession(config, settings, hardware)
-    config.stash[SESSION] = session
-    config.pluginmanager.register(session, "specbound-session")
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistSharing(), "specbound-xdist")
 
 
 class XdistSharing:
@@ -264,6 +214,8 @@ class SpecboundSession:
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.File | None:
         if file_path.suffix != ".toml" or not self._is_budget(file_path):
             return None
+        from pytest_specbound.plugin.items import BudgetFile
+
         return BudgetFile.from_parent(parent, path=file_path)
 
     def _is_budget(self, path: Path) -> bool:
@@ -281,6 +233,8 @@ class SpecboundSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         """Every marker is parsed here, as a budget, so a bad one stops the run at once."""
+        from pytest_specbound.plugin.items import BudgetItem
+
         errors = []
         for item in items:
             if isinstance(item, BudgetItem):
@@ -293,7 +247,7 @@ class SpecboundSession:
                               f"arguments {mark.args!r}")
                 continue
             try:
-                _parse_marker(item, {})
+                parse_marker(item, {})
             except pytest.UsageError as exc:
                 errors.append(str(exc))
         if errors:
@@ -352,11 +306,11 @@ def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt("SIGTERM")
 
 
-def _session(config: pytest.Config) -> SpecboundSession:
+def session_of(config: pytest.Config) -> SpecboundSession:
     return config.stash[SESSION]
 
 
-def _outcome_for(verdict: Verdict, settings: Settings) -> None:
+def outcome_for(verdict: Verdict, settings: Settings) -> None:
     """Raise what pytest should see for ``verdict``: nothing (pass), skip or failure."""
     if verdict.status == "pass":
         return
@@ -368,73 +322,7 @@ def _outcome_for(verdict: Verdict, settings: Settings) -> None:
     raise VerdictFailure(verdict)
 
 
-class BudgetFile(pytest.File):
-    """A budget TOML: one item per prompt class and concurrency level, named CLASS[HARDWARE]
-    (CLASS[HARDWARE-cN] where the class lists levels)."""
-
-    def collect(self) -> Iterator[pytest.Item]:
-        from pytest_specbound.gate.budget import load_budget
-
-        try:
-            display = str(self.path.relative_to(self.config.rootpath))
-        except ValueError:
-            display = str(self.path)
-        budget = load_budget(self.path, display)
-        session = _session(self.config)
-        hw = session.hardware
-        label = hw.label if hw else "no-hw"
-        for name in budget.classes:
-            levels = session.levels(budget, name)
-            for level in levels:
-                suffix = f"-c{level}" if levels != (1,) else ""
-                yield BudgetItem.from_parent(self, name=f"{name}[{label}{suffix}]", budget=budget,
-                                             cls_name=name, concurrency=level)
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: Any = None) -> Any:
-        from pytest_specbound.errors import SpecboundError
-
-        if isinstance(excinfo.value, SpecboundError):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo)
-
-
-class BudgetItem(pytest.Item):
-    def __init__(self, *, budget: Budget, cls_name: str, concurrency: int = 1,
-                 **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.budget = budget
-        self.cls_name = cls_name
-        self.concurrency = concurrency
-        self.add_marker(pytest.mark.specbound)
-
-    def runtest(self) -> None:
-        session = _session(self.config)
-        if session.hardware is None:
-            pytest.skip(session.skip_reason())
-        result = session.run(self.budget, self.cls_name, self, concurrency=self.concurrency)
-        _outcome_for(result.verdict, session.settings)
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: Any = None) -> Any:
-        from pytest_specbound.errors import SpecboundError
-
-        label = self.nodeid
-        exc = excinfo.value
-        if isinstance(exc, VerdictFailure):
-            verdict = exc.args[0]
-            head = "FAILED" if verdict.status == "fail" else verdict.status.upper()
-            return "\n".join([f"{label} {head}", *(f"  {ln}" for ln in verdict.lines)])
-        if isinstance(exc, SpecboundError):
-            return f"{label} ERROR\n  {exc}"
-        return super().repr_failure(excinfo)
-
-    def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, self.name  # -v shows budgets/x.toml::coding[hw], as the node id
-
-
-# -- fixtures for Python tests ---------------------------------------------------------------
-def _parse_marker(node: pytest.Item, overrides: dict[str, Any]) -> tuple[Budget, str]:
+def parse_marker(node: pytest.Item, overrides: dict[str, Any]) -> tuple[Budget, str]:
     """The test's marker (and call-time overrides) as a Budget: the budget files' own parser."""
     from pytest_specbound.errors import ConfigError
     from pytest_specbound.gate.markers import marker_budget
@@ -445,114 +333,3 @@ def _parse_marker(node: pytest.Item, overrides: dict[str, Any]) -> tuple[Budget,
         return marker_budget(kw, node.nodeid, Path(str(node.path)), Path(node.config.rootpath))
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
-
-
-@pytest.fixture(scope="session")
-def specbound_hw(request: pytest.FixtureRequest) -> Hardware:
-    """The hardware of this run (``--specbound-hw`` or NVML); skips when there is none."""
-    session = _session(request.config)
-    if session.hardware is None:
-        pytest.skip(session.skip_reason())
-    return session.hardware
-
-
-@pytest.fixture
-def specbound_model(request: pytest.FixtureRequest) -> Model:
-    """The target model named by the test's ``specbound`` marker (or its budget)."""
-    from pytest_specbound.gate.plan import resolve_model
-
-    budget, _ = _parse_marker(request.node, {})
-    return resolve_model(budget.model, {}, budget.path.parent, budget.origin("model"))
-
-
-@pytest.fixture
-def specbound_roofline(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Roofline:
-    """The per-round roofline for the marker's model and speculative method on this hardware."""
-    from pytest_specbound.gate.plan import roofline_for
-
-    budget, _ = _parse_marker(request.node, {})
-    return roofline_for(budget, specbound_hw, {})
-
-
-@pytest.fixture
-def specbound_server(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Server:
-    """The server for this test's config (one per distinct launch config per run)."""
-    from pytest_specbound.gate.plan import server_config
-
-    session = _session(request.config)
-    budget, _ = _parse_marker(request.node, {})
-    server, _backend = session.pool.get(server_config(budget, session.settings))
-    return server
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A marker (or ``--specbound-concurrency``) with several levels: one test per level."""
-    if "specbound_concurrency" not in metafunc.fixturenames:
-        return
-    mark = metafunc.definition.get_closest_marker("specbound")
-    session = metafunc.config.stash.get(SESSION, None)
-    levels: Any = session.settings.concurrency if session else None
-    if not levels and mark is not None:
-        levels = mark.kwargs.get("concurrency")
-    if isinstance(levels, (list, tuple)) and len(levels) > 1:
-        metafunc.parametrize("specbound_concurrency", list(levels),
-                             ids=[f"c{n}" for n in levels])
-
-
-@pytest.fixture
-def specbound_concurrency() -> int | None:
-    """The concurrency level of this test (parametrized when its marker lists several)."""
-    return None
-
-
-@pytest.fixture
-def specbound_measure(request: pytest.FixtureRequest, specbound_hw: Hardware,
-                      specbound_concurrency: int | None) -> Callable[..., ClassResult]:
-    """``specbound_measure(prompt_class=None, **overrides)`` -> the :class:`ClassResult`.
-
-    It measures at the test's level: the parametrized one where the marker lists several, else
-    the marker's (or a call-time ``concurrency=N``) single level.
-    """
-    session = _session(request.config)
-
-    def run(prompt_class: str | None = None, **overrides: Any) -> ClassResult:
-        if prompt_class:
-            overrides["prompt_class"] = prompt_class
-        from pytest_specbound.errors import SpecboundError
-
-        try:
-            budget, name = _parse_marker(request.node, overrides)
-        except pytest.UsageError as exc:
-            pytest.fail(str(exc), pytrace=False)
-        levels = session.levels(budget, name)
-        if "concurrency" in overrides and specbound_concurrency is None:
-            levels = budget.classes[name].concurrency
-        if specbound_concurrency is not None and "concurrency" not in overrides:
-            level = specbound_concurrency
-        elif len(levels) == 1:
-            level = levels[0]
-        else:
-            pytest.fail(f"{request.node.nodeid}: specbound_measure: concurrency {list(levels)} "
-                        "lists several levels; give one at call time (concurrency=4) or list "
-                        "them on the marker (one test per level)", pytrace=False)
-        try:
-            return session.run(budget, name, request.node, concurrency=level)
-        except SpecboundError as exc:
-            pytest.fail(f"specbound: {exc}", pytrace=False)
-
-    return run
-
-
-@pytest.fixture
-def specbound_check(request: pytest.FixtureRequest) -> Callable[[ClassResult], None]:
-    """``specbound_check(result)`` fails the test with the verdict text (no traceback)."""
-    session = _session(request.config)
-
-    def check(result: ClassResult) -> None:
-        verdict = result.verdict
-        try:
-            _outcome_for(verdict, session.settings)
-        except VerdictFailure:
-            pytest.fail("\n".join(verdict.lines), pytrace=False)
-
-    return check
