@@ -106,93 +106,115 @@ def measure_closed_loop(
     request carries its own. Ctrl-C: the measurement so far goes to ``on_record`` and the
     interrupt propagates (the stream threads are daemons; the server is stopped by the caller).
     """
-    n = len(samplers)
-    got = Collector(samplers[0].backend.name, rule, warmup, max_untimed, info, concurrency=n)
-    lock = threading.Lock()
-    stop = threading.Event()
-    ended: list[tuple[Stop, str]] = []
-    crashed: list[BaseException] = []
-    order = itertools.count()
-    sent = [0]  # requests sent since the window opened
-    deadline: list[float | None] = [None]
+    got = Collector(samplers[0].backend.name, rule, warmup, max_untimed, info,
+                    concurrency=len(samplers))
+    loop = _ClosedLoop(got, rule, prompts, max_tokens, warmup, max_seconds, on_record, window)
+    return loop.run(samplers)
 
-    def opened() -> None:  # the barrier's action: one thread runs it, the others wait
-        got.start()
-        if window is not None:
-            window.open()
-            got.window_counters = window.start is not None
-        deadline[0] = time.monotonic() + max_seconds if max_seconds is not None else None
 
-    barrier = threading.Barrier(n, action=opened)
+class _ClosedLoop:
+    """The streams of one level and what they share: the collector, the lock, the stop."""
 
-    def finish(reason: tuple[Stop, str]) -> None:
-        if not ended:
-            ended.append(reason)
-        stop.set()
+    def __init__(self, got: Collector, rule: StoppingRule, prompts: Sequence[Prompt],
+                 max_tokens: int, warmup: int, max_seconds: float | None,
+                 on_record: Callable[[Measurement], None] | None,
+                 window: CounterWindow | None) -> None:
+        self.got, self.rule, self.window = got, rule, window
+        self.prompts, self.max_tokens, self.warmup = prompts, max_tokens, warmup
+        self.max_seconds, self.on_record = max_seconds, on_record
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.ended: list[tuple[Stop, str]] = []
+        self.crashed: list[BaseException] = []
+        self.order = itertools.count()
+        self.sent = 0  # requests sent since the window opened
+        self.deadline: float | None = None
+        self.barrier: threading.Barrier | None = None
 
-    def count(record: RequestRecord) -> None:
+    def opened(self) -> None:
+        """The barrier's action: one thread runs it while the others wait."""
+        self.got.start()
+        if self.window is not None:
+            self.window.open()
+            self.got.window_counters = self.window.start is not None
+        if self.max_seconds is not None:
+            self.deadline = time.monotonic() + self.max_seconds
+
+    def finish(self, reason: tuple[Stop, str]) -> None:
+        if not self.ended:
+            self.ended.append(reason)
+        self.stop.set()
+
+    def read_window(self) -> None:
+        assert self.window is not None
+        self.got.window_accept = self.window.accept(self.sent, self.got.received_tokens)
+        self.got.counters_restarted = self.window.restarted
+
+    def count(self, record: RequestRecord) -> None:
         """Under the lock: count, look, report."""
-        if stop.is_set():
+        got = self.got
+        if self.stop.is_set():
             got.drain(record)
             return
         reason = got.add(record)
-        if window and got.wants_window_accept and rule.looks_at(len(got.records)):
-            # one scrape per look, not per request
-            got.window_accept = window.accept(sent[0], got.received_tokens)
-            got.counters_restarted = window.restarted
+        if self.window and got.wants_window_accept and self.rule.looks_at(len(got.records)):
+            self.read_window()  # one scrape per look, not per request
         if reason is None:
-            reason = rule.stop_reason(got.now())
-        if reason is None and deadline[0] is not None and time.monotonic() > deadline[0]:
-            reason = (Stop.TIME_BUDGET, f"time budget of {max_seconds:g} s")
+            reason = self.rule.stop_reason(got.now())
+        if reason is None and self.deadline is not None and time.monotonic() > self.deadline:
+            reason = (Stop.TIME_BUDGET, f"time budget of {self.max_seconds:g} s")
         if reason is not None:
-            finish(reason)
-        elif on_record:
-            on_record(got.now())
+            self.finish(reason)
+        elif self.on_record:
+            self.on_record(got.now())
 
-    def stream(sampler: Sampler) -> None:
+    def stream(self, sampler: Sampler) -> None:
+        assert self.barrier is not None
+        prompts = self.prompts
         try:
-            for i in range(warmup):
-                sampler.one(prompts[i % len(prompts)], max_tokens)
-            barrier.wait()
-            while not stop.is_set():
-                with lock:
-                    i = next(order)
-                    sent[0] += 1
-                record = sampler.one(prompts[i % len(prompts)], max_tokens)
-                with lock:
-                    count(record)
+            for i in range(self.warmup):
+                sampler.one(prompts[i % len(prompts)], self.max_tokens)
+            self.barrier.wait()
+            while not self.stop.is_set():
+                with self.lock:
+                    i = next(self.order)
+                    self.sent += 1
+                record = sampler.one(prompts[i % len(prompts)], self.max_tokens)
+                with self.lock:
+                    self.count(record)
         except threading.BrokenBarrierError:
             return
         except BaseException as exc:  # surfaced in the main thread, never lost in this one
-            with lock:
-                crashed.append(exc)
-                finish((Stop.REQUEST_FAILED, f"a stream crashed: {exc!r}"))
-            barrier.abort()
+            with self.lock:
+                self.crashed.append(exc)
+                self.finish((Stop.REQUEST_FAILED, f"a stream crashed: {exc!r}"))
+            self.barrier.abort()
 
-    threads = [threading.Thread(target=stream, args=(s,), daemon=True,
-                                name=f"specbound-stream-{k}") for k, s in enumerate(samplers)]
-    try:
-        with prompt_gil_handoff():
-            for t in threads:
-                t.start()
-            for t in threads:
-                while t.is_alive():
-                    t.join(JOIN_POLL_S)
-    except KeyboardInterrupt:
-        stop.set()
-        barrier.abort()
-        with lock:
-            m = got.now(Stop.INTERRUPTED, "interrupted", interrupted=True)
-        if on_record:
-            on_record(m.with_overlaps())
-        raise
-    if crashed:
-        raise crashed[0]
-    if window and got.wants_window_accept:
-        got.window_accept = window.accept(sent[0], got.received_tokens)  # drained: exact over the whole window
-        got.counters_restarted = window.restarted
-    reason = ended[0] if ended else (Stop.SAMPLE_BUDGET, "no stream left")
-    return got.now(*reason).with_overlaps()
+    def run(self, samplers: Sequence[Sampler]) -> Measurement:
+        self.barrier = threading.Barrier(len(samplers), action=self.opened)
+        threads = [threading.Thread(target=self.stream, args=(s,), daemon=True,
+                                    name=f"specbound-stream-{k}") for k, s in enumerate(samplers)]
+        try:
+            with prompt_gil_handoff():
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    while t.is_alive():
+                        t.join(JOIN_POLL_S)
+        except KeyboardInterrupt:
+            self.stop.set()
+            self.barrier.abort()
+            with self.lock:
+                m = self.got.now(Stop.INTERRUPTED, "interrupted", interrupted=True)
+            if self.on_record:
+                self.on_record(m.with_overlaps())
+            raise
+        if self.crashed:
+            raise self.crashed[0]
+        if self.window and self.got.wants_window_accept:
+            self.read_window()  # drained: exact over the whole window
+        reason = self.ended[0] if self.ended else (Stop.SAMPLE_BUDGET, "no stream left")
+        return self.got.now(*reason).with_overlaps()
 
 
 def stream_samplers(sampler: Sampler, n: int) -> list[Sampler]:
