@@ -12,7 +12,7 @@ from pytest_specbound.errors import SpecboundError
 from pytest_specbound.values import ValueProblem, levels, number, whole_number
 
 if TYPE_CHECKING:
-    from pytest_specbound.measure.measurement import Measurement
+    pass
 
 FORMATS = ("table", "json", "markdown")
 T = TypeVar("T")
@@ -239,7 +239,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(m.to_json(), indent=2))
     else:
-        print(_measure_table(m))
+        from pytest_specbound.report.table import measurement_text
+
+        print(measurement_text(m))
     if m.decode_tok_s is None or m.stop is Stop.UNTIMED:
         why = m.untimed_note() if m.stop is Stop.UNTIMED else None
         print("specbound: error: " + (why or m.failure_note() or m.untimed_note()
@@ -254,30 +256,6 @@ def _say(line: str) -> None:
 
 def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "n/a" if value is None else format(value, spec)
-
-
-def _measure_table(m: Measurement) -> str:
-    ttft = m.ttft_ms()
-    lines = [
-        f"backend {m.backend}  requests {len(m.records)} (failed {len(m.failures)})",
-        f"accept length {_fmt(m.accept_length)} ({m.accept_source})",
-        f"decode {_fmt(m.decode_tok_s, '.1f')} tok/s (server clock "
-        f"{_fmt(m.server_decode_tok_s, '.1f')})",
-        f"TTFT median {_fmt(ttft.median, '.1f')} ms, p90 {_fmt(ttft.p90, '.1f')} ms",
-    ]
-    if m.concurrency > 1:
-        lines.insert(3, f"concurrency {m.concurrency}: aggregate {_fmt(m.aggregate_tok_s, '.1f')}"
-                        f" tok/s, {_fmt(m.co_decoding, '.1f')} decoding at once, "
-                        f"{_fmt(m.in_flight, '.1f')} in flight")
-        prefill = m.others_prefill_tokens
-        lines.insert(4, "other requests' prompt tokens computed during a decode: "
-                        + (f"{prefill:.0f} on average" if prefill is not None else
-                           "not reported (the server does not say how much of a prompt it "
-                           "computed)"))
-    lines += [f"note: {n}" for n in (m.clock_note(), m.server_clock_note(), m.untimed_note(),
-                                             m.chunked_note(), m.restart_note()) if n]
-    lines += [f"failed: {r.error}" for r in m.failures]
-    return "\n".join(lines)
 
 
 def _add_measure(sub: Any) -> None:

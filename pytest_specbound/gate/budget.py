@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_specbound._toml import decode_text, key_line, loads_toml
+from pytest_specbound._toml import decode_text, loads_toml
 from pytest_specbound.errors import ConfigError
+from pytest_specbound.gate.where import Where
 from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
 from pytest_specbound.physics.speculative import (
     HEAD_METHODS,
@@ -72,6 +73,14 @@ class ModelRef:
 
 
 @dataclass(frozen=True)
+class HardwareOverride:
+    """``[hardware.LABEL]``: the server and classes as they run on that hardware, parsed."""
+
+    server: ServerConfig | None = None
+    classes: Mapping[str, ClassBudget] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Budget:
     path: Path
     model: ModelRef
@@ -79,7 +88,7 @@ class Budget:
     draft_model: ModelRef | None
     server: ServerConfig
     classes: dict[str, ClassBudget]
-    hardware: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hardware: Mapping[str, HardwareOverride] = field(default_factory=dict)
     context: int = 500
     overhead_ms: float | None = None  # None: the backend's figure (physics/overheads.py)
     draft_step_ms: float = 0.0  # the engine's own cost per draft forward, measured by the team
@@ -101,71 +110,10 @@ class Budget:
     def for_hardware(self, label: str) -> Budget:
         """Apply ``[hardware.LABEL]`` overrides of server and class fields."""
         over = self.hardware.get(label.lower())
-        if not over:
+        if over is None:
             return self
-        server = self.server
-        if "server" in over:
-            server = replace(server, **over["server"])
-        classes = dict(self.classes)
-        for name, values in (over.get("classes") or {}).items():
-            classes[name] = replace(classes[name], **_class_fields(values))
-        return replace(self, server=server, classes=classes)
-
-
-class _Where:
-    """Builds one-line errors that point at the file, line and key."""
-
-    def __init__(self, path: Path, text: str, display: str | None = None) -> None:
-        self.path, self.text = path, text
-        self.display = display or str(path)
-
-    def name(self, table: str | None, key: str) -> str:
-        """Where ``table.key`` was written, as a user would look for it."""
-        line = key_line(self.text, key, table)
-        where = f"{self.display}:{line}" if line else self.display
-        dotted = f"{table}.{key}" if table and key else (table or key)
-        return f"{where}: {dotted}"
-
-    def error(self, table: str | None, key: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.name(table, key)}: {message}")
-
-    def check_keys(self, table: str, data: dict[str, Any], valid: set[str],
-                   also: str = "") -> None:
-        for key in data:
-            if key not in valid:
-                raise self.error(table, key, f"unknown key; valid: {', '.join(sorted(valid))}"
-                                 f"{also}")
-
-    def table(self, data: dict[str, Any], name: str, required: bool = True) -> dict[str, Any]:
-        value = data.get(name)
-        if value is None:
-            if required:
-                raise self.error(None, "", f"missing table [{name}]")
-            return {}
-        if not isinstance(value, dict):
-            raise self.error(None, name, "must be a table")
-        return value
-
-    def number(self, table: str, data: dict[str, Any], key: str, *, integer: bool = False,
-               low: float | None = None, high: float | None = None) -> Any:
-        if key not in data:
-            return None
-        value = data[key]
-        kinds = (int,) if integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kinds):
-            kind = "an integer" if integer else "a number"
-            raise self.error(table, key, f"must be {kind}, got {value!r}")
-        if (low is not None and value < low) or (high is not None and value > high):
-            bounds = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
-            raise self.error(table, key, f"{value} is outside {bounds}")
-        return value
-
-    def string(self, table: str, data: dict[str, Any], key: str) -> str | None:
-        if key not in data:
-            return None
-        if not isinstance(data[key], str) or not data[key]:
-            raise self.error(table, key, f"must be a non-empty string, got {data[key]!r}")
-        return str(data[key])
+        return replace(self, server=over.server or self.server,
+                       classes={**self.classes, **over.classes})
 
 
 def _server_fields(values: dict[str, Any]) -> dict[str, Any]:
@@ -202,15 +150,50 @@ def load_budget(path: str | Path, display: str | None = None) -> Budget:
 
 
 def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = "",
-                 display: str | None = None, where: _Where | None = None,
+                 display: str | None = None, where: Where | None = None,
                  require_server: bool = True) -> Budget:
     """Validate budget tables (from a file, or from a marker's keywords through ``where``)."""
-    w = where or _Where(p, text, display)
+    w = where or Where(p, text, display)
     for key in data:
         if key not in TOP_KEYS:
             raise w.error(None, key, f"unknown table; valid: {', '.join(sorted(TOP_KEYS))}")
+    model, model_key = _parse_model(w, w.table(data, "model"))
+    speculation, draft, head_dtype = _parse_speculative(w, w.table(data, "speculative",
+                                                                   required=False))
+    server = _parse_server(w, "server", w.table(data, "server", required=require_server))
+    roof_t = w.table(data, "roofline", required=False)
+    w.check_keys("roofline", roof_t, ROOFLINE_KEYS)
+    classes_t = w.table(data, "classes")
+    if not classes_t:
+        raise w.error(None, "classes", "needs at least one [classes.NAME] table")
+    classes = {name: _parse_class(w, name, values) for name, values in classes_t.items()}
+    hardware = {label.lower(): _parse_override(w, label, over, server, classes)
+                for label, over in w.table(data, "hardware", required=False).items()}
+    leveled = next((c for c in classes.values() if c.concurrency != (1,)), None)
+    if "batch" in roof_t and leveled is not None:
+        raise w.error("roofline", "batch", f"class '{leveled.name}' sets concurrency, which sets "
+                      "the roofline's batch per level: remove [roofline] batch")
+    return Budget(
+        path=p, model=model, speculation=speculation, draft_model=draft, server=server,
+        classes=classes, hardware=hardware,
+        context=int(_default(w.number("roofline", roof_t, "context", integer=True, low=0), 500)),
+        overhead_ms=w.number("roofline", roof_t, "overhead_ms", low=0),
+        draft_step_ms=_default(w.number("roofline", roof_t, "draft_step_ms", low=0), 0.0),
+        head_dtype=head_dtype,
+        batch=int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1)),
+        threads=_optional_int(w.number("roofline", roof_t, "threads", integer=True, low=1)),
+        sha256=sha256,
+        origins={"server": w.name("server", ""), "model": w.name("model", model_key),
+                 "draft_model": w.name("speculative", "draft_model"),
+                 "spec": w.name("speculative", "method"),
+                 "draft_dtype": w.name("speculative", "draft_dtype"),
+                 **{k: w.name("roofline", k) for k in ROOFLINE_KEYS},
+                 **{f"classes.{n}.prompts": w.name(f"classes.{n}", "prompts") for n in classes}},
+    )
 
-    model_t = w.table(data, "model")
+
+def _parse_model(w: Where, model_t: dict[str, Any]) -> tuple[ModelRef, str]:
+    """``[model]``: the reference, and which key gave it (name, config or gguf)."""
     w.check_keys("model", model_t, MODEL_KEYS)
     given = [k for k in ("name", "config", "gguf") if k in model_t]
     if len(given) != 1:
@@ -221,8 +204,12 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
         from pytest_specbound.physics.dtypes import canonical_dtype
 
         canonical_dtype(model.dtype, w.name("model", "dtype"))  # names file:line: model.dtype
+    return model, given[0]
 
-    spec_t = w.table(data, "speculative", required=False)
+
+def _parse_speculative(w: Where, spec_t: dict[str, Any]
+                       ) -> tuple[Speculation, ModelRef | None, str | None]:
+    """``[speculative]``: the method, its draft model, and a drafting head's own dtype."""
     w.check_keys("speculative", spec_t, SPEC_KEYS)
     method = w.string("speculative", spec_t, "method") or "none"
     if method not in METHODS:
@@ -247,62 +234,28 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
         head_dtype = canonical_dtype(draft_dtype, w.name("speculative", "draft_dtype"))
     if method == "draft" and draft is None:
         raise w.error("speculative", "draft_model", "method 'draft' needs a draft_model")
+    return speculation, draft, head_dtype
 
-    server_t = w.table(data, "server", required=require_server)
-    server = _parse_server(w, "server", server_t)
 
-    roof_t = w.table(data, "roofline", required=False)
-    w.check_keys("roofline", roof_t, ROOFLINE_KEYS)
-
-    classes_t = w.table(data, "classes")
-    if not classes_t:
-        raise w.error(None, "classes", "needs at least one [classes.NAME] table")
-    classes = {name: _parse_class(w, name, values) for name, values in classes_t.items()}
-
-    hardware: dict[str, dict[str, Any]] = {}
-    for label, over in w.table(data, "hardware", required=False).items():
-        table = f"hardware.{label}"
-        if not isinstance(over, dict):
-            raise w.error(None, label, "must be a table")
-        w.check_keys(table, over, {"server", "classes"})
-        if "server" in over:
-            over = {**over, "server": _server_values(w, f"{table}.server", over["server"])}
-        for name, values in (over.get("classes") or {}).items():
-            if name not in classes:
-                raise w.error(f"{table}.classes", name,
-                              f"unknown class; the budget has {', '.join(classes)}")
-            base = classes[name]
-            _parse_class(w, f"{table}.classes.{name}", {"prompts": base.prompts,
-                         "concurrency": list(base.concurrency), **values}, label=name)
-        hardware[label.lower()] = over
-
-    batch = int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1))
-    leveled = next((c for c in classes.values() if c.concurrency != (1,)), None)
-    if "batch" in roof_t and leveled is not None:
-        raise w.error("roofline", "batch", f"class '{leveled.name}' sets concurrency, which sets "
-                      "the roofline's batch per level: remove [roofline] batch")
-    return Budget(
-        path=p,
-        model=model,
-        speculation=speculation,
-        draft_model=draft,
-        server=server,
-        classes=classes,
-        hardware=hardware,
-        context=int(_default(w.number("roofline", roof_t, "context", integer=True, low=0), 500)),
-        overhead_ms=w.number("roofline", roof_t, "overhead_ms", low=0),
-        draft_step_ms=_default(w.number("roofline", roof_t, "draft_step_ms", low=0), 0.0),
-        head_dtype=head_dtype,
-        batch=batch,
-        threads=_optional_int(w.number("roofline", roof_t, "threads", integer=True, low=1)),
-        sha256=sha256,
-        origins={"server": w.name("server", ""), "model": w.name("model", given[0]),
-                 "draft_model": w.name("speculative", "draft_model"),
-                 "spec": w.name("speculative", "method"),
-                 "draft_dtype": w.name("speculative", "draft_dtype"),
-                 **{k: w.name("roofline", k) for k in ROOFLINE_KEYS},
-                 **{f"classes.{n}.prompts": w.name(f"classes.{n}", "prompts") for n in classes}},
-    )
+def _parse_override(w: Where, label: str, over: Any, server: ServerConfig,
+                    classes: Mapping[str, ClassBudget]) -> HardwareOverride:
+    """``[hardware.LABEL]``: its server and class keys applied to the budget's own."""
+    table = f"hardware.{label}"
+    if not isinstance(over, dict):
+        raise w.error(None, label, "must be a table")
+    w.check_keys(table, over, {"server", "classes"})
+    on_hw = replace(server, **_server_values(w, f"{table}.server", over["server"])) \
+        if "server" in over else None
+    parsed = {}
+    for name, values in (over.get("classes") or {}).items():
+        if name not in classes:
+            raise w.error(f"{table}.classes", name,
+                          f"unknown class; the budget has {', '.join(classes)}")
+        base = classes[name]
+        _parse_class(w, f"{table}.classes.{name}", {"prompts": base.prompts,
+                     "concurrency": list(base.concurrency), **values}, label=name)
+        parsed[name] = replace(base, **_class_fields(values))
+    return HardwareOverride(on_hw, parsed)
 
 
 def _optional_int(value: Any) -> int | None:
@@ -313,11 +266,11 @@ def _default(value: Any, default: float) -> float:
     return float(default if value is None else value)
 
 
-def _parse_server(w: _Where, table: str, t: Any) -> ServerConfig:
+def _parse_server(w: Where, table: str, t: Any) -> ServerConfig:
     return ServerConfig(**_server_values(w, table, t))
 
 
-def _server_values(w: _Where, table: str, t: Any) -> dict[str, Any]:
+def _server_values(w: Where, table: str, t: Any) -> dict[str, Any]:
     """The validated ``[server]`` keys that were given, as ServerConfig fields."""
     if not isinstance(t, dict):
         raise w.error(None, table, "must be a table")
@@ -349,7 +302,7 @@ def _server_values(w: _Where, table: str, t: Any) -> dict[str, Any]:
     return values
 
 
-def _parse_class(w: _Where, table_name: str, t: Any, label: str | None = None) -> ClassBudget:
+def _parse_class(w: Where, table_name: str, t: Any, label: str | None = None) -> ClassBudget:
     table = table_name if "." in table_name else f"classes.{table_name}"
     name = label or table_name
     if not isinstance(t, dict):
@@ -406,13 +359,13 @@ def _parse_class(w: _Where, table_name: str, t: Any, label: str | None = None) -
     )
 
 
-def _flag(w: _Where, table: str, t: dict[str, Any], key: str) -> bool:
+def _flag(w: Where, table: str, t: dict[str, Any], key: str) -> bool:
     if key in t and not isinstance(t[key], bool):
         raise w.error(table, key, f"must be true or false, got {t[key]!r}")
     return bool(t.get(key, False))
 
 
-def _concurrency(w: _Where, table: str, value: Any) -> tuple[int, ...]:
+def _concurrency(w: Where, table: str, value: Any) -> tuple[int, ...]:
     """``concurrency = 4`` or ``[1, 4, 16]``."""
     try:
         return levels(value if isinstance(value, list) else [value])

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import CLASS_KEYS, Budget, _Where, load_budget, parse_budget
+from pytest_specbound.gate.budget import CLASS_KEYS, Budget, load_budget, parse_budget
+from pytest_specbound.gate.where import Where
 from pytest_specbound.physics.speculative import parse_speculation
 
 CLASS_KEYWORDS = tuple(sorted(CLASS_KEYS))
@@ -21,7 +22,7 @@ MARKER_KEYS = ("prompt_class", *CLASS_KEYWORDS, "server", "budget", "model", "dt
 DEFAULT_CLASS = "chat"
 
 
-class MarkerWhere(_Where):
+class MarkerWhere(Where):
     """Names ``test: specbound(keyword=...)`` where a budget file would name file:line: key."""
 
     def __init__(self, nodeid: str, path: Path, keywords: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_specbound.gate.result import ClassResult, basename
+from pytest_specbound.measure.measurement import Measurement
 
 HEADERS = ("class", "hardware", "conc", "accept [band]", "tok/s", "floor", "roofline",
            "efficiency", "verdict")
@@ -19,7 +20,7 @@ def headers(results: Sequence[ClassResult]) -> tuple[str, ...]:
     return HEADERS
 
 
-def _num(value: float | None, spec: str) -> str:
+def _num(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
@@ -75,3 +76,28 @@ def markdown(results: Sequence[ClassResult]) -> str:
         out.append(f"**{r.label}** {r.status.upper()}")
         out += [f"- {line}" for line in r.verdict.lines]
     return "\n".join(out) + "\n"
+
+
+def measurement_text(m: Measurement) -> str:
+    """One measurement without a budget, as ``specbound measure`` prints it."""
+    ttft = m.ttft_ms()
+    lines = [
+        f"backend {m.backend}  requests {len(m.records)} (failed {len(m.failures)})",
+        f"accept length {_num(m.accept_length)} ({m.accept_source})",
+        f"decode {_num(m.decode_tok_s, '.1f')} tok/s (server clock "
+        f"{_num(m.server_decode_tok_s, '.1f')})",
+        f"TTFT median {_num(ttft.median, '.1f')} ms, p90 {_num(ttft.p90, '.1f')} ms",
+    ]
+    if m.concurrency > 1:
+        lines.insert(3, f"concurrency {m.concurrency}: aggregate {_num(m.aggregate_tok_s, '.1f')}"
+                        f" tok/s, {_num(m.co_decoding, '.1f')} decoding at once, "
+                        f"{_num(m.in_flight, '.1f')} in flight")
+        prefill = m.others_prefill_tokens
+        lines.insert(4, "other requests' prompt tokens computed during a decode: "
+                        + (f"{prefill:.0f} on average" if prefill is not None else
+                           "not reported (the server does not say how much of a prompt it "
+                           "computed)"))
+    lines += [f"note: {n}" for n in (m.clock_note(), m.server_clock_note(), m.untimed_note(),
+                                     m.chunked_note(), m.restart_note()) if n]
+    lines += [f"failed: {r.error}" for r in m.failures]
+    return "\n".join(lines)
