@@ -147,13 +147,9 @@ def _full_attention_layers(f: _Fields, n_layers: int) -> list[bool]:
     return [True] * n_layers
 
 
-def geometry_from_config(
-    cfg: dict[str, Any], name: str, source: str, dtype: str | None = None
-) -> Model:
-    """Build a :class:`Model` from Hugging Face config fields (catalog entries use the same names)."""
-    f = _Fields(cfg, source)
-    h, n_layers = f.req("hidden_size"), f.req("num_hidden_layers")
-    vocab = f.req("vocab_size")
+def _mlp_shape(f: _Fields, n_layers: int, source: str) -> tuple[int, int, int, int, int, int]:
+    """(experts, experts per token, expert width, dense width, shared-expert width, MoE
+    layers); a dense model has no experts and no MoE layers."""
     dense_inter = f.req("intermediate_size", "moe_intermediate_size")
     n_experts = f.opt("num_experts", "n_routed_experts", "num_local_experts")
     top_k = f.opt("num_experts_per_tok", "moe_topk") if n_experts else 0
@@ -166,14 +162,25 @@ def geometry_from_config(
     shared_inter = f.opt("shared_expert_intermediate_size") or (
         f.opt("n_shared_experts") * moe_inter
     )
+    moe_layers = (sum(1 for i in range(first_dense, n_layers) if (i + 1) % moe_step == 0)
+                  if n_experts else 0)
+    return n_experts, top_k, moe_inter, dense_inter, shared_inter, moe_layers
 
+
+def geometry_from_config(
+    cfg: dict[str, Any], name: str, source: str, dtype: str | None = None
+) -> Model:
+    """Build a :class:`Model` from Hugging Face config fields (catalog entries use the same names)."""
+    f = _Fields(cfg, source)
+    h, n_layers = f.req("hidden_size"), f.req("num_hidden_layers")
+    vocab = f.req("vocab_size")
+    n_experts, top_k, moe_inter, dense_inter, shared_inter, moe_layers = _mlp_shape(f, n_layers,
+                                                                                      source)
     attn_params, kv_elems = _attention_params(f, h)
     full = _full_attention_layers(f, n_layers)
     lin_params, lin_state = _linear_attention(f, h) if not all(full) else (0, 0)
     dense_mlp = 3 * h * dense_inter
     expert = 3 * h * moe_inter
-    moe_layers = (sum(1 for i in range(first_dense, n_layers) if (i + 1) % moe_step == 0)
-                  if n_experts else 0)
 
     mixer = sum(attn_params if is_full else lin_params for is_full in full)
     mlp = (n_layers - moe_layers) * dense_mlp

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 VOCAB = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
 
@@ -30,8 +31,6 @@ def write_llama_gguf(
     import numpy as np
 
     kv_heads = kv_heads or heads
-    head_dim = hidden // heads
-    rng = np.random.default_rng(seed)
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name(path.stem)
     writer.add_context_length(context)
@@ -44,8 +43,31 @@ def write_llama_gguf(
     writer.add_feed_forward_length(ffn)
     writer.add_head_count(heads)
     writer.add_head_count_kv(kv_heads)
-    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_dimension_count(hidden // heads)
     writer.add_layer_norm_rms_eps(1e-5)
+    qtype, plain, file_type = _storage(gguf, np, quant)
+    writer.add_file_type(file_type)
+    _add_tokenizer(writer, gguf)
+    rng = np.random.default_rng(seed)
+
+    def mat(name: str, rows: int, cols: int) -> None:
+        weights = rng.standard_normal((rows, cols), dtype=np.float32) * 0.05
+        if qtype is None:
+            writer.add_tensor(name, weights.astype(plain))
+        else:
+            writer.add_tensor(name, gguf.quants.quantize(weights, qtype), raw_dtype=qtype)
+
+    _add_tensors(writer, mat, np.ones(hidden, dtype=np.float32), n_layers + nextn, hidden, ffn,
+                 kv_heads * (hidden // heads))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _storage(gguf: Any, np: Any, quant: str | None) -> tuple[Any, Any, Any]:
+    """(quantization type or None, plain numpy dtype, file type) for ``quant``."""
     qtypes = {"q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
               "q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0)}
     if quant is not None and quant not in (*qtypes, "f32"):
@@ -53,7 +75,11 @@ def write_llama_gguf(
     plain = np.float32 if quant == "f32" else np.float16
     plain_type = gguf.LlamaFileType.ALL_F32 if quant == "f32" else gguf.LlamaFileType.MOSTLY_F16
     qtype, file_type = qtypes.get(quant or "", (None, plain_type))
-    writer.add_file_type(file_type)
+    return qtype, plain, file_type
+
+
+def _add_tokenizer(writer: Any, gguf: Any) -> None:
+    """A byte-level llama vocabulary: unknown, BOS, EOS, then the 256 bytes."""
     writer.add_tokenizer_model("llama")
     writer.add_token_list(VOCAB)
     writer.add_token_scores([0.0] * len(VOCAB))
@@ -64,33 +90,21 @@ def write_llama_gguf(
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(True)
 
-    def mat(name: str, rows: int, cols: int) -> None:
-        weights = rng.standard_normal((rows, cols), dtype=np.float32) * 0.05
-        if qtype is None:
-            writer.add_tensor(name, weights.astype(plain))
-        else:
-            writer.add_tensor(name, gguf.quants.quantize(weights, qtype), raw_dtype=qtype)
 
-    def norm() -> np.ndarray:
-        return np.ones(hidden, dtype=np.float32)
-
-    vocab = len(VOCAB)
-    mat("token_embd.weight", vocab, hidden)
-    writer.add_tensor("output_norm.weight", norm())
-    mat("output.weight", vocab, hidden)
-    for i in range(n_layers + nextn):
+def _add_tensors(writer: Any, mat: Any, norm: Any, blocks: int, hidden: int, ffn: int,
+                 kv_width: int) -> None:
+    """Embedding, output and ``blocks`` decoder blocks (attention and a gated FFN)."""
+    mat("token_embd.weight", len(VOCAB), hidden)
+    writer.add_tensor("output_norm.weight", norm)
+    mat("output.weight", len(VOCAB), hidden)
+    for i in range(blocks):
         p = f"blk.{i}."
-        writer.add_tensor(p + "attn_norm.weight", norm())
+        writer.add_tensor(p + "attn_norm.weight", norm)
         mat(p + "attn_q.weight", hidden, hidden)
-        mat(p + "attn_k.weight", kv_heads * head_dim, hidden)
-        mat(p + "attn_v.weight", kv_heads * head_dim, hidden)
+        mat(p + "attn_k.weight", kv_width, hidden)
+        mat(p + "attn_v.weight", kv_width, hidden)
         mat(p + "attn_output.weight", hidden, hidden)
-        writer.add_tensor(p + "ffn_norm.weight", norm())
+        writer.add_tensor(p + "ffn_norm.weight", norm)
         mat(p + "ffn_gate.weight", ffn, hidden)
         mat(p + "ffn_up.weight", ffn, hidden)
         mat(p + "ffn_down.weight", hidden, ffn)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
