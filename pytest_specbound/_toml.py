@@ -16,6 +16,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
+# a table as tomllib returns it (or a JSON object read the same way): raw input, validated
+# by whoever reads it into typed values
+TomlTable = dict[str, Any]
+
 
 # longest first: a UTF-32 LE mark begins with the UTF-16 LE one
 _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
@@ -45,15 +49,15 @@ def read_text(path: str | Path, origin: str | None = None) -> str:
     return decode_text(raw, str(p))
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
+def load_toml(path: str | Path) -> TomlTable:
     """Parse a TOML file; syntax errors become ``ConfigError`` naming file and line."""
     return loads_toml(read_text(path), str(path))
 
 
-def loads_toml(text: str, origin: str) -> dict[str, Any]:
+def loads_toml(text: str, origin: str) -> TomlTable:
     """Parse TOML text, naming ``origin`` in errors."""
     try:
-        data: dict[str, Any] = tomllib.loads(text)
+        data: TomlTable = tomllib.loads(text)
         return data
     except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_specbound._toml import decode_text, loads_toml
+from pytest_specbound._toml import TomlTable, decode_text, loads_toml
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.where import Where
 from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
@@ -116,14 +116,14 @@ class Budget:
                        classes={**self.classes, **over.classes})
 
 
-def _server_fields(values: dict[str, Any]) -> dict[str, Any]:
+def _server_fields(values: TomlTable) -> TomlTable:
     out = {k: v for k, v in values.items() if k in {f.name for f in fields(ServerConfig)}}
     if "env" in out:
         out["env"] = tuple(sorted((str(k), str(v)) for k, v in out["env"].items()))
     return out
 
 
-def _class_fields(values: dict[str, Any]) -> dict[str, Any]:
+def _class_fields(values: TomlTable) -> TomlTable:
     """Validated class keys as ClassBudget fields (level tables gathered into ``levels``)."""
     out = {k: v for k, v in values.items() if not LEVEL_TABLE.match(k)}
     levels = {int(k[1:]): _class_fields(v) for k, v in values.items() if LEVEL_TABLE.match(k)}
@@ -149,7 +149,7 @@ def load_budget(path: str | Path, display: str | None = None) -> Budget:
     return parse_budget(loads_toml(text, name), p, text, hashlib.sha256(raw).hexdigest(), name)
 
 
-def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = "",
+def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
                  display: str | None = None, where: Where | None = None,
                  require_server: bool = True) -> Budget:
     """Validate budget tables (from a file, or from a marker's keywords through ``where``)."""
@@ -192,7 +192,7 @@ def parse_budget(data: dict[str, Any], p: Path, text: str = "", sha256: str = ""
     )
 
 
-def _parse_model(w: Where, model_t: dict[str, Any]) -> tuple[ModelRef, str]:
+def _parse_model(w: Where, model_t: TomlTable) -> tuple[ModelRef, str]:
     """``[model]``: the reference, and which key gave it (name, config or gguf)."""
     w.check_keys("model", model_t, MODEL_KEYS)
     given = [k for k in ("name", "config", "gguf") if k in model_t]
@@ -207,7 +207,7 @@ def _parse_model(w: Where, model_t: dict[str, Any]) -> tuple[ModelRef, str]:
     return model, given[0]
 
 
-def _parse_speculative(w: Where, spec_t: dict[str, Any]
+def _parse_speculative(w: Where, spec_t: TomlTable
                        ) -> tuple[Speculation, ModelRef | None, str | None]:
     """``[speculative]``: the method, its draft model, and a drafting head's own dtype."""
     w.check_keys("speculative", spec_t, SPEC_KEYS)
@@ -270,7 +270,7 @@ def _parse_server(w: Where, table: str, t: Any) -> ServerConfig:
     return ServerConfig(**_server_values(w, table, t))
 
 
-def _server_values(w: Where, table: str, t: Any) -> dict[str, Any]:
+def _server_values(w: Where, table: str, t: Any) -> TomlTable:
     """The validated ``[server]`` keys that were given, as ServerConfig fields."""
     if not isinstance(t, dict):
         raise w.error(None, table, "must be a table")
@@ -359,7 +359,7 @@ def _parse_class(w: Where, table_name: str, t: Any, label: str | None = None) ->
     )
 
 
-def _flag(w: Where, table: str, t: dict[str, Any], key: str) -> bool:
+def _flag(w: Where, table: str, t: TomlTable, key: str) -> bool:
     if key in t and not isinstance(t[key], bool):
         raise w.error(table, key, f"must be true or false, got {t[key]!r}")
     return bool(t.get(key, False))

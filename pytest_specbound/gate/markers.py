@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+from pytest_specbound._toml import TomlTable
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.budget import CLASS_KEYS, Budget, load_budget, parse_budget
 from pytest_specbound.gate.where import Where
@@ -25,7 +25,7 @@ DEFAULT_CLASS = "chat"
 class MarkerWhere(Where):
     """Names ``test: specbound(keyword=...)`` where a budget file would name file:line: key."""
 
-    def __init__(self, nodeid: str, path: Path, keywords: dict[str, Any]) -> None:
+    def __init__(self, nodeid: str, path: Path, keywords: TomlTable) -> None:
         super().__init__(path, "", nodeid)
         self.keywords = keywords
 
@@ -50,18 +50,18 @@ class MarkerWhere(Where):
         return f"{self.display}: specbound({shown})"
 
 
-def marker_tables(kw: dict[str, Any], where: MarkerWhere) -> tuple[dict[str, Any], str]:
+def marker_tables(kw: TomlTable, where: MarkerWhere) -> tuple[TomlTable, str]:
     """The budget tables the keywords stand for, and the class name."""
     unknown = sorted(set(kw) - set(MARKER_KEYS))
     if unknown:
         raise ConfigError(f"{where.display}: specbound: unknown keyword '{unknown[0]}'; valid: "
                           f"{', '.join(MARKER_KEYS)}")
     name = str(kw.get("prompt_class") or DEFAULT_CLASS)
-    cls: dict[str, Any] = {k: (list(v) if k in ("accept", "concurrency") and isinstance(v, tuple)
+    cls: TomlTable = {k: (list(v) if k in ("accept", "concurrency") and isinstance(v, tuple)
                                else v)
                            for k, v in kw.items() if k in CLASS_KEYS}
     cls.setdefault("prompts", name)
-    model_t: dict[str, Any] = {}
+    model_t: TomlTable = {}
     if kw.get("model") is not None:
         model = str(kw["model"])
         field = "gguf" if model.endswith(".gguf") else "config" if model.endswith(".json") \
@@ -78,7 +78,7 @@ def marker_tables(kw: dict[str, Any], where: MarkerWhere) -> tuple[dict[str, Any
                           "server={'url': 'http://127.0.0.1:8000'}")
     if server and "served_name" not in model_t and server.get("model_id"):
         model_t["served_name"] = server["model_id"]
-    spec_t: dict[str, Any] = {}
+    spec_t: TomlTable = {}
     if kw.get("speculative") is not None:
         text = kw["speculative"]
         if not isinstance(text, str):
@@ -94,7 +94,7 @@ def marker_tables(kw: dict[str, Any], where: MarkerWhere) -> tuple[dict[str, Any
     for key in ("draft_model", "draft_dtype"):
         if kw.get(key) is not None:
             spec_t[key] = kw[key]
-    data: dict[str, Any] = {"model": model_t, "classes": {name: cls}}
+    data: TomlTable = {"model": model_t, "classes": {name: cls}}
     if spec_t:
         data["speculative"] = spec_t
     if server:
@@ -102,7 +102,7 @@ def marker_tables(kw: dict[str, Any], where: MarkerWhere) -> tuple[dict[str, Any
     return data, name
 
 
-def marker_budget(kw: dict[str, Any], nodeid: str, test_path: Path, rootpath: Path) -> tuple[Budget, str]:
+def marker_budget(kw: TomlTable, nodeid: str, test_path: Path, rootpath: Path) -> tuple[Budget, str]:
     """Parse a marker's keywords (plus call-time overrides) into a Budget and the class name.
 
     With ``budget=FILE`` the file gives model, speculation and server; the marker's class

@@ -15,8 +15,8 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
+from pytest_specbound._toml import TomlTable
 from pytest_specbound.errors import ServerError
 from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.backends.base import Backend
@@ -65,7 +65,7 @@ class ServerPool:
 
         lock_path, state_path = self._files(key)
         with FileLock(str(lock_path)):
-            state: dict[str, Any] = json.loads(state_path.read_text()) if state_path.is_file() else {}
+            state: TomlTable = json.loads(state_path.read_text()) if state_path.is_file() else {}
             if state.get("error"):
                 raise ServerError(state["error"])
             if state.get("url"):

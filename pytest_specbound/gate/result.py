@@ -65,7 +65,20 @@ class RooflineFigures:
 
     @classmethod
     def of(cls, roof: Roofline) -> RooflineFigures:
-        return cls.from_json(roof.to_dict())
+        """The figures of ``roof`` at its full accept length (rounded as ``to_dict`` rounds)."""
+        from pytest_specbound.physics.roofline import draft_forwards
+
+        accept = roof.max_accept
+        return cls(
+            round_ms=round(roof.round_ms, 4),
+            components_ms={k: round(v, 4) for k, v in roof.components_ms.items()},
+            ceiling_tok_s=round(roof.ceiling_tok_s, 3), max_accept=roof.max_accept,
+            bound=roof.bound, speculative=roof.spec.label, context=roof.context,
+            batch=roof.batch, accept=accept, expected_tok_s=round(roof.tok_s(accept), 3),
+            hardware=roof.hardware.describe(), model=roof.model.describe(),
+            draft_model=roof.draft_model.describe() if roof.draft_model else None,
+            draft_forwards=draft_forwards(roof.spec), draft_step_ms=roof.draft_step_ms,
+            head_dtype=roof.head_dtype, overhead_source=roof.overhead_source)
 
     @classmethod
     def from_json(cls, d: Mapping[str, object]) -> RooflineFigures:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pytest_specbound._toml import key_line
+from pytest_specbound._toml import TomlTable, key_line
 from pytest_specbound.errors import ConfigError
 
 
@@ -27,14 +27,14 @@ class Where:
     def error(self, table: str | None, key: str, message: str) -> ConfigError:
         return ConfigError(f"{self.name(table, key)}: {message}")
 
-    def check_keys(self, table: str, data: dict[str, Any], valid: set[str],
+    def check_keys(self, table: str, data: TomlTable, valid: set[str],
                    also: str = "") -> None:
         for key in data:
             if key not in valid:
                 raise self.error(table, key, f"unknown key; valid: {', '.join(sorted(valid))}"
                                  f"{also}")
 
-    def table(self, data: dict[str, Any], name: str, required: bool = True) -> dict[str, Any]:
+    def table(self, data: TomlTable, name: str, required: bool = True) -> TomlTable:
         value = data.get(name)
         if value is None:
             if required:
@@ -44,7 +44,7 @@ class Where:
             raise self.error(None, name, "must be a table")
         return value
 
-    def number(self, table: str, data: dict[str, Any], key: str, *, integer: bool = False,
+    def number(self, table: str, data: TomlTable, key: str, *, integer: bool = False,
                low: float | None = None, high: float | None = None) -> Any:
         if key not in data:
             return None
@@ -58,7 +58,7 @@ class Where:
             raise self.error(table, key, f"{value} is outside {bounds}")
         return value
 
-    def string(self, table: str, data: dict[str, Any], key: str) -> str | None:
+    def string(self, table: str, data: TomlTable, key: str) -> str | None:
         if key not in data:
             return None
         if not isinstance(data[key], str) or not data[key]:

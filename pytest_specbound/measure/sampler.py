@@ -6,14 +6,14 @@ import collections
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from pytest_specbound.errors import RequestError
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.serving.backends.base import Backend, Prompt, burst_accept, merged_decode_tokens
 from pytest_specbound.serving.prometheus import counter_delta
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
-from pytest_specbound.serving.transport import ConnectFailed, Endpoint, StreamResult
+from pytest_specbound.serving.transport import ConnectFailed, Endpoint, RequestBody, StreamResult
 
 DEFAULT_MAX_ACCEPT = 8  # tokens one verify step may emit, where the speculation is not known
 LOOPBACK_FLOOR_S = 20e-6  # no server answers a request faster than a loopback round trip
@@ -166,7 +166,7 @@ class Sampler:
                            client_untimed=problem)
         return replace(record, untimed=problem)
 
-    def _stream_with_retry(self, path: str, body: dict[str, Any]) -> StreamResult:
+    def _stream_with_retry(self, path: str, body: RequestBody) -> StreamResult:
         try:
             return self.endpoint.stream(path, body)
         except ConnectFailed:

@@ -111,8 +111,9 @@ class Telemetry:
             if self._stop.wait(self.interval_s):
                 return
 
-    def stop(self) -> dict[str, Any]:
-        """The per-GPU summary (and a note where telemetry was partial or absent)."""
+    def stop(self) -> Mapping[str, object]:
+        """The per-GPU summary as the results file keeps it (JSON), with a note where telemetry
+        was partial or absent."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5.0)

@@ -11,9 +11,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
 
-from pytest_specbound._toml import loads_toml
+from pytest_specbound._toml import TomlTable, loads_toml
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.models import load_model
 from pytest_specbound.physics.roofline import Roofline, compute_roofline
@@ -27,7 +26,7 @@ DEFAULT_MIN_RATIO = 0.35  # a measurement this far under its roofline means the 
 class Anchor:
     """One published measurement and the roofline at its accept length."""
 
-    row: dict[str, Any]
+    row: TomlTable
     roofline: Roofline
 
     @property
@@ -51,13 +50,13 @@ class Anchor:
         return str(self.row["group"])
 
 
-def anchor_rows() -> list[dict[str, Any]]:
+def anchor_rows() -> list[TomlTable]:
     text = resources.files("pytest_specbound").joinpath("data/anchors.toml").read_text("utf-8")
-    rows: list[dict[str, Any]] = loads_toml(text, ANCHORS_PATH)["anchor"]
+    rows: list[TomlTable] = loads_toml(text, ANCHORS_PATH)["anchor"]
     return rows
 
 
-def evaluate(row: dict[str, Any]) -> Anchor:
+def evaluate(row: TomlTable) -> Anchor:
     """The roofline of one anchor row, as a budget with the same fields would compute it."""
     model = load_model(row["model"], row.get("dtype"))
     if "expert_dtype" in row:

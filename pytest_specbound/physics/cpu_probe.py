@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pytest_specbound._toml import TomlTable
 from pytest_specbound.atomic import write_json
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.values import ValueProblem, number
@@ -161,7 +162,7 @@ def host_fingerprint() -> str:
     return f"{os.cpu_count() or 1} cores, {model or 'unknown CPU'}"
 
 
-def load_cache() -> dict[str, Any]:
+def load_cache() -> TomlTable:
     """The cache file, when it was written on this kind of machine by probes that were not
     contended (format 2); else empty. Older files may hold a probe taken under load: they are
     measured again once."""
@@ -173,7 +174,7 @@ def load_cache() -> dict[str, Any]:
     return {}
 
 
-def save_cache(entries: dict[str, Any]) -> None:
+def save_cache(entries: TomlTable) -> None:
     with contextlib.suppress(OSError):
         write_json(CACHE, {**load_cache(), **entries, "host": host_fingerprint(),
                            "format": CACHE_FORMAT})

@@ -9,8 +9,8 @@ to the same names by :mod:`models_gguf`). A source that knows exact bytes states
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
+from pytest_specbound._toml import TomlTable
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.physics import dtypes
 
@@ -72,7 +72,7 @@ class Model:
         return replace(self, expert_bytes=self.expert_bytes * ratio,
                        weight_bytes=self.weight_bytes - routed + routed * ratio)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """JSON-ready summary."""
         return {
             "name": self.name,
@@ -91,7 +91,7 @@ class Model:
 class _Fields:
     """Reads config fields, naming the file and the missing key in errors."""
 
-    def __init__(self, cfg: dict[str, Any], origin: str) -> None:
+    def __init__(self, cfg: TomlTable, origin: str) -> None:
         text = cfg.get("text_config")
         self.cfg = {**cfg, **text} if isinstance(text, dict) else cfg
         self.origin = origin
@@ -168,7 +168,7 @@ def _mlp_shape(f: _Fields, n_layers: int, source: str) -> tuple[int, int, int, i
 
 
 def geometry_from_config(
-    cfg: dict[str, Any], name: str, source: str, dtype: str | None = None
+    cfg: TomlTable, name: str, source: str, dtype: str | None = None
 ) -> Model:
     """Build a :class:`Model` from Hugging Face config fields (catalog entries use the same names)."""
     f = _Fields(cfg, source)

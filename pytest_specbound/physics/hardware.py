@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pytest_specbound._toml import load_toml, loads_toml
+from pytest_specbound._toml import TomlTable, load_toml, loads_toml
 from pytest_specbound.errors import ConfigError, close_matches
 from pytest_specbound.physics.allreduce import LINKS
 from pytest_specbound.physics.dtypes import INTEGER_KERNEL
@@ -71,7 +71,7 @@ class Hardware:
             return self.prefill_kernel_tflops
         return 0.0 if self.name == "cpu" else self.tflops(dtype)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {
             "name": self.label,
             "title": self.title,
@@ -92,12 +92,12 @@ class Hardware:
 
 
 @lru_cache(maxsize=1)
-def builtin_catalog() -> dict[str, dict[str, Any]]:
+def builtin_catalog() -> dict[str, TomlTable]:
     text = resources.files("pytest_specbound").joinpath("data/hardware.toml").read_text("utf-8")
     return loads_toml(text, CATALOG_PATH)
 
 
-def user_catalog(path: str | Path) -> dict[str, dict[str, Any]]:
+def user_catalog(path: str | Path) -> dict[str, TomlTable]:
     """Hardware tables from a TOML file: ``[NAME]`` rows, or ``[tool.specbound.hardware.NAME]``."""
     data = load_toml(path)
     table = data.get("tool", {}).get("specbound", {}).get("hardware", data)
@@ -106,7 +106,7 @@ def user_catalog(path: str | Path) -> dict[str, dict[str, Any]]:
     return {k.lower(): _checked(v, f"{path}: hardware '{k}'") for k, v in table.items()}
 
 
-def _checked(entry: Any, where: str) -> dict[str, Any]:
+def _checked(entry: Any, where: str) -> TomlTable:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a table")
     for key in ("bandwidth_gbs", "memory_gb", "bf16_tflops"):
@@ -121,7 +121,7 @@ def _checked(entry: Any, where: str) -> dict[str, Any]:
     return {"source": "user catalog", **entry}
 
 
-def _from_entry(name: str, entry: dict[str, Any], count: int) -> Hardware:
+def _from_entry(name: str, entry: TomlTable, count: int) -> Hardware:
     return Hardware(
         name=name,
         title=str(entry.get("title", name)),
@@ -137,7 +137,7 @@ def _from_entry(name: str, entry: dict[str, Any], count: int) -> Hardware:
     )
 
 
-def _lookup(name: str, table: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+def _lookup(name: str, table: dict[str, TomlTable]) -> tuple[str, TomlTable] | None:
     for canonical, entry in table.items():
         if name == canonical or name in [a.lower() for a in entry.get("aliases", [])]:
             return canonical, entry
@@ -145,7 +145,7 @@ def _lookup(name: str, table: dict[str, dict[str, Any]]) -> tuple[str, dict[str,
 
 
 def parse_hardware(
-    spec: str, extra: dict[str, dict[str, Any]] | None = None, origin: str = "hardware"
+    spec: str, extra: dict[str, TomlTable] | None = None, origin: str = "hardware"
 ) -> Hardware:
     """Resolve ``a6000x2``, ``h100-sxmx8``, ``cpu`` or ``auto`` to a :class:`Hardware`."""
     text = spec.strip().lower()
@@ -250,12 +250,12 @@ def detect_hardware(nvml: Any = None) -> Hardware:
     )
 
 
-def catalog_rows() -> list[dict[str, Any]]:
+def catalog_rows() -> list[TomlTable]:
     """One row per catalog entry, for ``specbound hw``."""
     return [_from_entry(k, v, 1).describe() for k, v in builtin_catalog().items()]
 
 
-def project_catalog(root: Path | None = None) -> dict[str, dict[str, Any]]:
+def project_catalog(root: Path | None = None) -> dict[str, TomlTable]:
     """``[tool.specbound.hardware.NAME]`` tables from ``pyproject.toml`` in ``root`` (cwd)."""
     pyproject = (root or Path.cwd()) / "pyproject.toml"
     if not pyproject.is_file():

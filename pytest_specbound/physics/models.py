@@ -10,9 +10,8 @@ from dataclasses import replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
-from pytest_specbound._toml import loads_toml, read_text
+from pytest_specbound._toml import TomlTable, loads_toml, read_text
 from pytest_specbound.errors import ConfigError, close_matches
 from pytest_specbound.physics import dtypes
 from pytest_specbound.physics.geometry import Model, geometry_from_config
@@ -20,13 +19,13 @@ from pytest_specbound.physics.geometry import Model, geometry_from_config
 __all__ = ["Model", "catalog", "catalog_rows", "geometry_from_config", "load_model"]
 
 @lru_cache(maxsize=1)
-def catalog() -> dict[str, dict[str, Any]]:
+def catalog() -> dict[str, TomlTable]:
     """The shipped model catalog, keyed by canonical name."""
     text = resources.files("pytest_specbound").joinpath("data/models.toml").read_text("utf-8")
     return loads_toml(text, "pytest_specbound/data/models.toml")
 
 
-def catalog_rows() -> list[dict[str, Any]]:
+def catalog_rows() -> list[TomlTable]:
     """One row per catalog model, for ``specbound models``: what one forward pass reads."""
     rows = []
     for name, entry in catalog().items():
@@ -37,7 +36,7 @@ def catalog_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def _catalog_lookup(name: str) -> tuple[str, dict[str, Any]] | None:
+def _catalog_lookup(name: str) -> tuple[str, TomlTable] | None:
     key = name.strip().lower()
     for canonical, entry in catalog().items():
         if key == canonical or key in entry.get("aliases", []):
@@ -73,7 +72,7 @@ def load_model(spec: str, dtype: str | None = None, origin: str = "model") -> Mo
     )
 
 
-def _read_json(path: Path, origin: str) -> dict[str, Any]:
+def _read_json(path: Path, origin: str) -> TomlTable:
     try:
         data = json.loads(read_text(path, f"{origin}={path}"))
     except json.JSONDecodeError as exc:

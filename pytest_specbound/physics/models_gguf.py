@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pytest_specbound._toml import TomlTable
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.physics import dtypes
 from pytest_specbound.physics.geometry import Model, geometry_from_config
@@ -56,7 +57,7 @@ def _field(reader: Any, key: str) -> Any:
     return value.tolist()[0]
 
 
-def gguf_config(reader: Any, path: Path) -> tuple[str, dict[str, Any]]:
+def gguf_config(reader: Any, path: Path) -> tuple[str, TomlTable]:
     """(architecture, config.json-style fields) from a GGUF file's metadata."""
     arch = _field(reader, "general.architecture")
     if not isinstance(arch, str):
@@ -64,7 +65,7 @@ def gguf_config(reader: Any, path: Path) -> tuple[str, dict[str, Any]]:
     for key in ("block_count", "embedding_length", "attention.head_count"):
         if _field(reader, f"{arch}.{key}") is None:
             raise ConfigError(f"{path}: missing field '{arch}.{key}'")
-    cfg: dict[str, Any] = {}
+    cfg: TomlTable = {}
     for name, key in CONFIG_FROM_GGUF.items():
         value = _field(reader, f"{arch}.{key}")
         if isinstance(value, list):  # per-layer values (e.g. feed_forward_length): the largest
@@ -126,7 +127,7 @@ def load_gguf(path: Path, origin: str = "model") -> Model:
     mix = ", ".join(f"{k}x{v}" for k, v in types.most_common())
     model = geometry_from_config(cfg, path.stem,
                                  f"{path} (GGUF {arch}, exact tensor bytes; types {mix})")
-    exact: dict[str, Any] = {"lm_head_bytes": lm_head, "exact_bytes": True}
+    exact: TomlTable = {"lm_head_bytes": lm_head, "exact_bytes": True}
     if model.is_moe and model.moe_layers:
         exact["expert_bytes"] = experts / (model.n_experts * model.moe_layers)
     elif block0_dense:

@@ -113,7 +113,8 @@ class Roofline:
         args.update(changes)
         return compute_roofline(**args)
 
-    def to_dict(self, accept: float | None = None) -> dict[str, Any]:
+    def to_dict(self, accept: float | None = None) -> dict[str, object]:
+        """The roofline as ``specbound roofline --format json`` prints it."""
         a = self.max_accept if accept is None else accept
         return {
             "round_ms": round(self.round_ms, 4),

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_specbound._toml import TomlTable
+
 if TYPE_CHECKING:
     from pytest_specbound.gate.budget import Budget
     from pytest_specbound.gate.pool import ServerPool
@@ -322,7 +324,7 @@ def outcome_for(verdict: Verdict, settings: Settings) -> None:
     raise VerdictFailure(verdict)
 
 
-def parse_marker(node: pytest.Item, overrides: dict[str, Any]) -> tuple[Budget, str]:
+def parse_marker(node: pytest.Item, overrides: TomlTable) -> tuple[Budget, str]:
     """The test's marker (and call-time overrides) as a Budget: the budget files' own parser."""
     from pytest_specbound.errors import ConfigError
     from pytest_specbound.gate.markers import marker_budget

@@ -36,15 +36,15 @@ def body_decoder(encoding: str | None, path: str) -> Callable[[bytes], bytes] | 
             f"POST {path}: the stream came compressed as {name!r} (Content-Encoding) though "
             f"identity was asked for; decodable: {', '.join(DECODABLE)}: turn compression off "
             "for text/event-stream at the gateway")
-    state: dict[str, Any] = {}
+    decompressors: list[Any] = []  # made on the first read, which tells raw from zlib deflate
 
     def decode(data: bytes) -> bytes:
-        if "z" not in state:  # deflate is zlib-wrapped by the standard, raw by some servers
+        if not decompressors:  # deflate is zlib-wrapped by the standard, raw by some servers
             raw_deflate = name == "deflate" and not (len(data) >= 2 and data[0] & 0x0F == 8
                                                      and (data[0] << 8 | data[1]) % 31 == 0)
-            state["z"] = zlib.decompressobj(-15 if raw_deflate else 47)
+            decompressors.append(zlib.decompressobj(-15 if raw_deflate else 47))
         try:
-            return bytes(state["z"].decompress(data))
+            return bytes(decompressors[0].decompress(data))
         except zlib.error as exc:
             raise RequestError(f"POST {path}: the {name}-compressed stream does not decode: "
                                f"{exc}") from None

@@ -34,6 +34,7 @@ from pytest_specbound.serving.sse import body_decoder, split_events
 from pytest_specbound.serving.stamping import READ_SIZE, Receiver, StampingAdapter
 from pytest_specbound.serving.urls import is_loopback, split_url
 
+RequestBody = dict[str, Any]  # a JSON request body, as written to the wire
 CONNECT_TIMEOUT_S = 10.0
 API_KEY_ENV = "SPECBOUND_API_KEY"
 CA_BUNDLE_CHOICES = ("--specbound-ca-bundle or [server] ca_bundle (specbound measure: --ca-bundle), "
@@ -171,7 +172,7 @@ class Endpoint:
             exc.args = (str(exc).replace(self.api_key, "***"),)
         return exc
 
-    def stream(self, path: str, body: dict[str, Any]) -> StreamResult:
+    def stream(self, path: str, body: RequestBody) -> StreamResult:
         """POST ``body`` and collect the SSE stream; failures raise :class:`RequestError`.
 
         Error texts never carry the API key, even when a server echoes it back.
@@ -250,7 +251,7 @@ class Endpoint:
         resp.close()
         self.session.close()
 
-    def _stream(self, path: str, body: dict[str, Any]) -> StreamResult:
+    def _stream(self, path: str, body: RequestBody) -> StreamResult:
         payload = json.dumps(body).encode()
         cpu_before = time.process_time()
         before = time.perf_counter()

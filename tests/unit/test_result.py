@@ -75,3 +75,15 @@ def test_a_setup_error_has_every_key():
 def test_malformed_results_are_one_value_error(bad):
     with pytest.raises(ValueError, match="not a class result"):
         ClassResult.from_json(bad)
+
+
+@pytest.mark.parametrize(("hw", "model", "spec"), [("a6000x2", "qwen3.6-27b", "mtp:3"),
+                                                   ("h100", "llama-3.1-8b", "eagle3:3"),
+                                                   ("h100", "llama-3.1-8b", "none")])
+def test_a_results_roofline_is_the_rooflines_own_json(hw, model, spec):
+    """Typed straight from the Roofline, it reads exactly as its JSON form reads back."""
+    from pytest_specbound import compute_roofline, load_model, parse_hardware, parse_speculation
+    from pytest_specbound.gate.result import RooflineFigures
+
+    roof = compute_roofline(parse_hardware(hw), load_model(model), parse_speculation(spec))
+    assert RooflineFigures.of(roof) == RooflineFigures.from_json(roof.to_dict())

@@ -10,7 +10,7 @@ from typing import Any
 from pytest_specbound.serving.prometheus import counter_totals
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.settings import Served, argv_of
-from pytest_specbound.serving.transport import Endpoint, StreamResult
+from pytest_specbound.serving.transport import Endpoint, RequestBody, StreamResult
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,13 @@ class Prompt:
     text: str | None = None
     messages: tuple[dict[str, str], ...] | None = None
     max_tokens: int | None = None
+
+
+@dataclass
+class StreamState:
+    """What a stream's parser carries from one event to the next."""
+
+    cumulative_tokens: int = 0  # the last cumulative completion-token count an event gave
 
 
 class Backend:
@@ -39,8 +46,8 @@ class Backend:
     cached_tokens_setting: str | None = None
 
     # -- request -------------------------------------------------------------------------
-    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
-        body: dict[str, Any] = {
+    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, RequestBody]:
+        body: RequestBody = {
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "stream": True,
@@ -55,12 +62,12 @@ class Backend:
         body["prompt"] = prompt.text
         return "/v1/completions", body
 
-    def extra_fields(self, max_tokens: int) -> dict[str, Any]:
+    def extra_fields(self, max_tokens: int) -> RequestBody:
         """Fields that force a fixed-length greedy decode on this server."""
         return {"ignore_eos": True, "min_tokens": max_tokens}
 
     # -- stream --------------------------------------------------------------------------
-    def event_tokens(self, obj: Any, state: dict[str, Any]) -> int:
+    def event_tokens(self, obj: Any, state: StreamState) -> int:
         """Tokens carried by one event (exact where the server gives ids or cumulative usage)."""
         choices = obj.get("choices") or []
         if not choices:
@@ -72,8 +79,8 @@ class Backend:
         usage = obj.get("usage")
         if isinstance(usage, dict) and "completion_tokens" in usage:  # continuous usage stats
             total = int(usage["completion_tokens"])
-            new = total - int(state.get("cum", 0))
-            state["cum"] = total
+            new = total - state.cumulative_tokens
+            state.cumulative_tokens = total
             return max(new, 0)
         text = c.get("text")
         if text is None:
@@ -94,7 +101,7 @@ class Backend:
         prompt_tokens: int | None = None
         cached: int | None = None
         completion_tokens = 0
-        state: dict[str, Any] = {}
+        state = StreamState()
         final = result.done
         reads = result.read_of_event or [0] * len(result.events)
         for (t, obj), read_no in zip(result.events, reads, strict=True):

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.serving.backends.base import Backend, Prompt, tokens_per_forward, with_info
+from pytest_specbound.serving.backends.base import Backend, Prompt, StreamState, tokens_per_forward, with_info
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.settings import Served, flag_value, has_flag, int_flag, runs
-from pytest_specbound.serving.transport import Endpoint
+from pytest_specbound.serving.transport import Endpoint, RequestBody
 
 ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
 DRAFTS = "llamacpp:spec_decode_num_drafts_total"
@@ -42,7 +42,7 @@ class LlamaCpp(Backend):
     metric_names = (ACCEPTED, DRAFTS)
     chunks_are_steps = False  # one event per token: verify steps show only as arrival gaps
 
-    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
+    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, RequestBody]:
         if prompt.messages is not None:
             path, body = super().build_request(prompt, max_tokens, model)
             return path, body
@@ -56,10 +56,10 @@ class LlamaCpp(Backend):
             "cache_prompt": False,
         }
 
-    def extra_fields(self, max_tokens: int) -> dict[str, Any]:
+    def extra_fields(self, max_tokens: int) -> RequestBody:
         return {"ignore_eos": True}
 
-    def event_tokens(self, obj: Any, state: dict[str, Any]) -> int:
+    def event_tokens(self, obj: Any, state: StreamState) -> int:
         tokens = obj.get("tokens")
         if isinstance(tokens, list):
             return len(tokens)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pytest_specbound.serving.backends.base import Backend, Prompt, with_info
+from pytest_specbound.serving.backends.base import Backend, Prompt, StreamState, with_info
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.settings import Served, flag_value, runs
-from pytest_specbound.serving.transport import Endpoint
+from pytest_specbound.serving.transport import Endpoint, RequestBody
 
 GEN_TOKENS = "sglang:generation_tokens_total"
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
@@ -22,7 +22,7 @@ class SGLang(Backend):
     metric_names = (GEN_TOKENS, VERIFY_CALLS)
     generated_counter = GEN_TOKENS
 
-    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
+    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, RequestBody]:
         if prompt.messages is not None:
             path, body = super().build_request(prompt, max_tokens, model)
             body["stream_options"]["continuous_usage_stats"] = True
@@ -35,12 +35,12 @@ class SGLang(Backend):
             "stream": True,
         }
 
-    def event_tokens(self, obj: Any, state: dict[str, Any]) -> int:
+    def event_tokens(self, obj: Any, state: StreamState) -> int:
         meta = obj.get("meta_info")
         if isinstance(meta, dict) and "completion_tokens" in meta:  # cumulative on /generate
             total = int(meta["completion_tokens"])
-            new = total - int(state.get("cum", 0))
-            state["cum"] = total
+            new = total - state.cumulative_tokens
+            state.cumulative_tokens = total
             return max(new, 0)
         return super().event_tokens(obj, state)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pytest_specbound.serving.backends.base import Backend, Prompt
+from pytest_specbound.serving.backends.base import Backend, Prompt, StreamState
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.settings import Served, flag_value, int_flag, runs
-from pytest_specbound.serving.transport import Endpoint
+from pytest_specbound.serving.transport import Endpoint, RequestBody
 
 SKIPPED_SUM = "tgi_request_skipped_tokens_sum"
 SKIPPED_COUNT = "tgi_request_skipped_tokens_count"
@@ -39,7 +39,7 @@ class TGI(Backend):
             values["dtype"] = (dtype[0], f"launch: {dtype[1]}")
         return Served.of(values)
 
-    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
+    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, RequestBody]:
         if prompt.messages is not None:
             return super().build_request(prompt, max_tokens, model)
         # TGI has no ignore_eos / min_tokens: an early EOS shortens the request (noted per record)
@@ -48,10 +48,10 @@ class TGI(Backend):
             "parameters": {"max_new_tokens": max_tokens, "do_sample": False, "details": True},
         }
 
-    def extra_fields(self, max_tokens: int) -> dict[str, Any]:
+    def extra_fields(self, max_tokens: int) -> RequestBody:
         return {}
 
-    def event_tokens(self, obj: Any, state: dict[str, Any]) -> int:
+    def event_tokens(self, obj: Any, state: StreamState) -> int:
         if isinstance(obj.get("token"), dict):
             return 0 if obj["token"].get("special") else 1
         return super().event_tokens(obj, state)

@@ -10,7 +10,7 @@ from typing import Any
 from pytest_specbound.serving.backends.base import Backend, with_info
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.settings import Served, flag_value, int_flag, runs
-from pytest_specbound.serving.transport import Endpoint
+from pytest_specbound.serving.transport import Endpoint, RequestBody
 
 # speculative_config.decoding_type -> budget method (PARD and SA have no budget method)
 TRT_METHODS = {"mtp": "mtp", "eagle3": "eagle3", "eagle": "eagle3", "ngram": "ngram",
@@ -75,7 +75,7 @@ class TRTLLM(Backend):
             values["speculative"] = (False, f"{where} absent" if config else "launch: no --config")
         return Served.of(values)
 
-    def build_request(self, prompt: Any, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
+    def build_request(self, prompt: Any, max_tokens: int, model: str | None) -> tuple[str, RequestBody]:
         path, body = super().build_request(prompt, max_tokens, model)
         body["stream_options"]["continuous_usage_stats"] = True
         return path, body  # extra="forbid": no fields beyond the protocol's own

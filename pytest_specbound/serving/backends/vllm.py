@@ -15,7 +15,7 @@ from pytest_specbound.serving.settings import (
     json_flag,
     runs,
 )
-from pytest_specbound.serving.transport import Endpoint
+from pytest_specbound.serving.transport import Endpoint, RequestBody
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -31,7 +31,7 @@ class VLLM(Backend):
     metric_names = (ACCEPTED, DRAFTS, GENERATED, DECODE_SUM)
     generated_counter = GENERATED
 
-    def extra_fields(self, max_tokens: int) -> dict[str, Any]:
+    def extra_fields(self, max_tokens: int) -> RequestBody:
         return {"ignore_eos": True, "min_tokens": max_tokens, "return_token_ids": True}
 
     def server_fields(self, events: list[tuple[float, Any]], record: RequestRecord) -> RequestRecord:
