@@ -1,6 +1,6 @@
 """pytest-specbound: gate LLM-inference deploys on physics.
 
-The core is plain Python and never imports pytest; ``plugin.py`` and ``cli.py`` are the two shells
+The core is plain Python and never imports pytest; ``plugin/`` and ``cli.py`` are the two shells
 over it. The stages, in data-flow order: ``physics`` (hardware, models, roofline), ``serving``
 (server lifecycle, transport, backends), ``measure`` (prompts, sampler, statistics), ``gate``
 (budgets, settings, verdicts, runner), ``report``.
