@@ -81,9 +81,9 @@ def _evidence(threshold: Threshold, d: Decision, limit: str) -> str:
     interval = (f" [{d.low:.3g}, {d.high:.3g}]" if d.low is not None and d.high is not None
                 and d.low != d.high else "")
     where = f"{threshold.label} {limit}: {est}{interval} over {d.n} requests"
-    if d.side == "ok":
+    if d.side == Side.OK:
         return f"{where}: passes"
-    if d.side == "bad":
+    if d.side == Side.BAD:
         return f"{where}: fails"
     if d.more is None:
         return f"{where}: undecided (the truth is within the resolution of the threshold)"
@@ -96,10 +96,10 @@ def side_of(threshold: Threshold, value: float, limit: float,
     value against the limit (a fixed-count reading); no test yet is ``unsure``."""
     if decisions is None:
         bad = value < limit if threshold.floor else value > limit
-        return ("bad" if bad else "ok"), ()
+        return (Side.BAD if bad else Side.OK), ()
     d = decisions.get(threshold)
     if d is None:
-        return "unsure", ()
+        return Side.UNSURE, ()
     return d.side, (_evidence(threshold, d, f"{'>=' if threshold.floor else '<='} {limit:g}"),)
 
 
@@ -114,16 +114,16 @@ def accept_band(budget: ClassBudget, f: Figures, decisions: Decisions | None) ->
     low, ev_low = side_of(Threshold.ACCEPT_LOW, f.accept, budget.accept[0], decisions)
     high, ev_high = side_of(Threshold.ACCEPT_HIGH, f.accept, budget.accept[1], decisions)
     evidence = ev_low + ev_high
-    if "bad" in (low, high):
-        below = low == "bad" or (high != "bad" and f.accept < budget.accept[0])
+    if Side.BAD in (low, high):
+        below = low == Side.BAD or (high != Side.BAD and f.accept < budget.accept[0])
         where = "below" if below else "above"
-        return Evaluation("bad", "drafter", "accept_below_band" if below else "accept_above_band",
+        return Evaluation(Side.BAD, "drafter", "accept_below_band" if below else "accept_above_band",
                           (f"accept {f.accept:.2f} is {where} its band {_band(budget.accept)}: "
                            "the drafter (or the prompts) changed",), evidence=evidence)
-    if "unsure" in (low, high):
-        return Evaluation("unsure", "drafter", pending=f"accept {f.accept:.2f} vs band "
+    if Side.UNSURE in (low, high):
+        return Evaluation(Side.UNSURE, "drafter", pending=f"accept {f.accept:.2f} vs band "
                           f"{_band(budget.accept)}", evidence=evidence)
-    return Evaluation("ok", "drafter", evidence=evidence)
+    return Evaluation(Side.OK, "drafter", evidence=evidence)
 
 
 def efficiency_floor(budget: ClassBudget, f: Figures, decisions: Decisions | None,
@@ -134,11 +134,11 @@ def efficiency_floor(budget: ClassBudget, f: Figures, decisions: Decisions | Non
     if floor is None:
         return None
     side, evidence = side_of(Threshold.EFFICIENCY, f.efficiency, floor, decisions)
-    if side == "unsure":
-        return Evaluation("unsure", pending=f"efficiency {f.efficiency:.2f} vs min {floor:.2f}",
+    if side == Side.UNSURE:
+        return Evaluation(Side.UNSURE, pending=f"efficiency {f.efficiency:.2f} vs min {floor:.2f}",
                           evidence=evidence)
-    if side == "ok":
-        return Evaluation("ok", evidence=evidence)
+    if side == Side.OK:
+        return Evaluation(Side.OK, evidence=evidence)
     level = f" per user at concurrency {f.concurrency}, batch {f.roof.batch}" \
         if f.concurrency > 1 else ""
     in_band = (f"; accept {f.accept:.2f} is inside {_band(budget.accept)}"
@@ -149,7 +149,7 @@ def efficiency_floor(budget: ClassBudget, f: Figures, decisions: Decisions | Non
              f"slowed down{in_band}"]
     if prefill_unknown:
         lines.append(prefill_unknown)
-    return Evaluation("bad", "system", "efficiency_below_min", tuple(lines), evidence=evidence)
+    return Evaluation(Side.BAD, "system", "efficiency_below_min", tuple(lines), evidence=evidence)
 
 
 def min_rate(budget: ClassBudget, f: Figures, decisions: Decisions | None) -> Evaluation | None:
@@ -157,11 +157,11 @@ def min_rate(budget: ClassBudget, f: Figures, decisions: Decisions | None) -> Ev
     if budget.min_tok_s is None:
         return None
     side, evidence = side_of(Threshold.DECODE_TOK_S, f.tok_s, budget.min_tok_s, decisions)
-    return Evaluation(side, "system", "tok_s_below_min" if side == "bad" else None,
+    return Evaluation(side, "system", "tok_s_below_min" if side == Side.BAD else None,
                       (f"decode {f.tok_s:.1f} tok/s < min_tok_s {budget.min_tok_s:g}",)
-                      if side == "bad" else (),
+                      if side == Side.BAD else (),
                       f"decode {f.tok_s:.1f} tok/s vs min {budget.min_tok_s:g}"
-                      if side == "unsure" else None, evidence)
+                      if side == Side.UNSURE else None, evidence)
 
 
 def max_ttft(budget: ClassBudget, f: Figures, decisions: Decisions | None) -> Evaluation | None:
@@ -170,10 +170,10 @@ def max_ttft(budget: ClassBudget, f: Figures, decisions: Decisions | None) -> Ev
         return None
     ttft, limit = f.ttft_ms, budget.max_ttft_ms
     side, evidence = side_of(Threshold.TTFT_MS, ttft, limit, decisions)
-    return Evaluation(side, "system", "ttft_above_max" if side == "bad" else None,
+    return Evaluation(side, "system", "ttft_above_max" if side == Side.BAD else None,
                       (f"TTFT median {ttft:.0f} ms > max_ttft_ms {limit:g}",)
-                      if side == "bad" else (),
-                      f"TTFT median {ttft:.0f} ms vs max {limit:g}" if side == "unsure" else None,
+                      if side == Side.BAD else (),
+                      f"TTFT median {ttft:.0f} ms vs max {limit:g}" if side == Side.UNSURE else None,
                       evidence)
 
 
@@ -187,7 +187,7 @@ def evaluate(budget: ClassBudget, m: Measurement, f: Figures, decisions: Decisio
         prefill_unknown = ("note: other requests' prefill is not in this floor: the server does "
                            f"not say how much of each prompt it computed{flag}")
     found = [band,
-             efficiency_floor(budget, f, decisions, band is None or band.side != "bad",
+             efficiency_floor(budget, f, decisions, band is None or band.side != Side.BAD,
                               prefill_unknown),
              min_rate(budget, f, decisions), max_ttft(budget, f, decisions)]
     return [e for e in found if e is not None]
@@ -200,4 +200,4 @@ def thresholds_decided(budget: ClassBudget, m: Measurement, roof: Roofline,
     if isinstance(f, Verdict):
         return False
     sides = [e.side for e in evaluate(budget, m, f, decisions)]
-    return "bad" in sides or "unsure" not in sides
+    return Side.BAD in sides or Side.UNSURE not in sides

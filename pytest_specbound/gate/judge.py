@@ -8,6 +8,7 @@ from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.gate.evaluate import Decisions, Evaluation, Figures, evaluate, figures
 from pytest_specbound.gate.verdict import Diagnosis, Reason, Status, Verdict, batching_problem
 from pytest_specbound.measure.measurement import Measurement
+from pytest_specbound.measure.sequential import Side
 from pytest_specbound.physics.render import one_line
 from pytest_specbound.physics.roofline import Roofline
 
@@ -33,14 +34,14 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
     found = evaluate(budget, m, f, decisions, cached_tokens)
     unbatched = batching_problem(m, batching) if final else None
     if unbatched:
-        found.append(Evaluation("bad", "system", "not_batching", (unbatched,)))
+        found.append(Evaluation(Side.BAD, "system", "not_batching", (unbatched,)))
     return compose(budget, m, f, found, resolution)
 
 
 def compose(budget: ClassBudget, m: Measurement, f: Figures, found: list[Evaluation],
             resolution: float | None) -> Verdict:
     """The verdict from the evaluators' findings: status, diagnosis, lines, notes."""
-    failed = [e for e in found if e.side == "bad"]
+    failed = [e for e in found if e.side == Side.BAD]
     drafter = any(e.party == "drafter" for e in failed)
     system = any(e.party == "system" for e in failed)
     reasons: list[Reason] = [e.reason for e in failed if e.reason]
@@ -48,7 +49,7 @@ def compose(budget: ClassBudget, m: Measurement, f: Figures, found: list[Evaluat
     if drafter and budget.min_efficiency is not None and not system:
         lines.append(f"efficiency {f.efficiency:.2f} >= {budget.min_efficiency:.2f} is still "
                      "fine: the system did not slow down")
-    undecided = [e.pending for e in found if e.side == "unsure" and e.pending]
+    undecided = [e.pending for e in found if e.side == Side.UNSURE and e.pending]
     status: Status = "fail" if failed else "inconclusive" if undecided else "pass"
     if status == "inconclusive":
         reasons.append("inconclusive")

@@ -15,6 +15,7 @@ from pytest_specbound.measure.sequential import (
     Decision,
     Limit,
     Metric,
+    Side,
     Threshold,
     decide,
     per_request,
@@ -59,10 +60,10 @@ def decisions(cls: ClassBudget, m: Measurement, roof: Roofline, confidence: floa
 def _decide(t: Limit, m: Measurement, roof: Roofline, alpha: float, resolution: float,
             min_n: int) -> Decision:
     if t.value <= 0:  # a floor of 0 holds and a ceiling of 0 fails, whatever is measured
-        return Decision("ok" if t.floor else "bad", len(m.ok))
+        return Decision(Side.OK if t.floor else Side.BAD, len(m.ok))
     if t.metric is Metric.ACCEPT_LENGTH:
         if t.value <= 1.0 if t.floor else t.value >= roof.max_accept:
-            return Decision("ok", len(m.ok))  # 1 token per forward at least, drafts + 1 at most
+            return Decision(Side.OK, len(m.ok))  # 1 token per forward at least, drafts + 1 at most
         if not any(r.verify_steps for r in m.ok):
             return _fixed(t, m.accept_length, len(m.ok))
     d = decide(t.log_ratios(per_request(m, t.metric, roof)), alpha, resolution, min_n=min_n)
@@ -78,9 +79,9 @@ def _fixed(t: Limit, value: float | None, n: int) -> Decision:
     """An accept length with no per-request figures (the counters' whole-window total): no
     noise to test, the value is compared as it is."""
     if value is None:
-        return Decision("unsure", n)
+        return Decision(Side.UNSURE, n)
     good = value >= t.value if t.floor else value <= t.value
-    return Decision("ok" if good else "bad", n, value, value, value)
+    return Decision(Side.OK if good else Side.BAD, n, value, value, value)
 
 
 @dataclass(frozen=True)

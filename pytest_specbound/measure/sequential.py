@@ -42,14 +42,20 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
-from typing import Literal
 
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.prefill import floor_s
 from pytest_specbound.measure.stats import t_quantile
 from pytest_specbound.physics.roofline import Roofline
 
-Side = Literal["ok", "bad", "unsure"]
+
+class Side(str, enum.Enum):
+    """Where a threshold's test stands: on the good side, the bad side, or not yet decided."""
+
+    OK = "ok"
+    BAD = "bad"
+    UNSURE = "unsure"
+
 MISS_RATE = 0.05  # beta: chance of passing a threshold the truth misses by a resolution or more
 NOISE_QUANTILE = 0.25  # the variance used is its 75% upper confidence bound
 OUTLIER_SCALES = 4.0  # a request this far out may not decide a threshold on its own
@@ -72,8 +78,8 @@ class Decision:
     more: int | None = None  # requests the test expects to still need (None: decided)
 
     def to_json(self) -> dict[str, object]:
-        return {"side": self.side, "n": self.n, "estimate": self.estimate, "low": self.low,
-                "high": self.high, "more": self.more}
+        return {"side": Side(self.side).value, "n": self.n, "estimate": self.estimate,
+                "low": self.low, "high": self.high, "more": self.more}
 
 
 def _mean_sd(ys: Sequence[float]) -> tuple[float, float]:
@@ -149,25 +155,25 @@ def decide(ys: Sequence[float], alpha: float, resolution: float, beta: float = M
     """The sequential test on per-request log ratios ``ys`` (good side positive)."""
     n = len(ys)
     if n == 0:
-        return Decision("unsure", 0)
+        return Decision(Side.UNSURE, 0)
     d = -math.log(1 - resolution)
     mean, sd = _mean_sd(ys)
-    side: Side = "unsure"
+    side = Side.UNSURE
     if n >= min_n:
         alone_low, alone_high = outliers(ys)
         if _crossed(ys, d, math.log(1 / alpha), True) and \
                 (not alone_low or _crossed(sorted(ys)[1:], d, math.log(1 / alpha), True)):
-            side = "bad"
+            side = Side.BAD
         elif _crossed(ys, d, math.log(1 / beta), False) and \
                 (not alone_high or _crossed(sorted(ys)[:-1], d, math.log(1 / beta), False)):
-            side = "ok"
+            side = Side.OK
     low = high = None
     if n >= 2 and sd > 0:
         q = t_quantile(1 - alpha, n - 1) * sd / math.sqrt(n)
         low, high = mean - q, mean + q
     elif n >= 1:
         low = high = mean
-    more = None if side != "unsure" else _more(n, mean, sd, d, alpha, beta)
+    more = None if side is not Side.UNSURE else _more(n, mean, sd, d, alpha, beta)
     return Decision(side, n, mean, low, high, more)
 
 
