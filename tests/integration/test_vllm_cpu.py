@@ -131,6 +131,42 @@ def test_every_request_of_a_run_is_timed(server, tiny_llama, prompt_class):
     assert len(m.records) - len(client) == m.to_json()["server_timed"]
 
 
+class _Chunked(VLLM):
+    """vLLM asked for a stream interval per request (its completions field ``stream_interval``,
+    the same batching as the server's ``--stream-interval``)."""
+
+    def __init__(self, interval: int) -> None:
+        self.interval = interval
+
+    def extra_fields(self, max_tokens: int):
+        return {**super().extra_fields(max_tokens), "stream_interval": self.interval}
+
+
+@pytest.mark.parametrize("interval", [4, 8])
+def test_a_stream_interval_is_timed_per_event_on_real_vllm(server, tiny_llama, interval):
+    """Several tokens per event at vLLM's own pace: timed per event on the client's clock,
+    never declared untimed because the server chunked, and the rate agrees with vLLM's."""
+    srv, _ = server
+    sampler = Sampler(srv.endpoint, _Chunked(interval), str(tiny_llama), max_accept=4)
+    m = measure(sampler, load_prompts("coding"), 96, FixedCount(8), warmup=1)
+    assert not m.failures, [r.error for r in m.failures]
+    chunked = [r for r in m.records if r.tokens_per_event]
+    assert chunked, m.to_json()["requests"]  # the events really carried several tokens
+    assert max(r.tokens_per_event or 0 for r in m.records) >= interval
+    assert "tokens per event" in (m.chunked_note() or "")
+    client = [r for r in m.records if r.clock == "client"]
+    assert client, [r.client_untimed for r in m.records]
+    # a request left to the server's clock is one whose whole decode reached the client in the
+    # first token's read (a 2-core machine can starve the client); never one whose events
+    # arrived one by one, which is the server's chunking, not the client's absence
+    for r in m.records:
+        if r.clock == "server":
+            assert r.decode_reads <= 1 or "in the first token's" in (r.client_untimed or ""), r
+    pooled = sum(r.decode_tokens for r in client) / sum(r.decode_s for r in client)
+    server = sum(r.decode_tokens for r in client) / sum(r.server_decode_s or 0 for r in client)
+    assert abs(pooled / server - 1) <= 0.05, (pooled, server)
+
+
 def test_concurrency_one_and_four(server, tiny_llama):
     """Closed-loop load on real vLLM: at 4 streams vLLM batches (several sequences decode at
     once, the aggregate rate grows); the accept length comes from the per-request fields or,
