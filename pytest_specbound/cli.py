@@ -6,13 +6,10 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from pytest_specbound.errors import SpecboundError
 from pytest_specbound.values import ValueProblem, levels, number, whole_number
-
-if TYPE_CHECKING:
-    pass
 
 FORMATS = ("table", "json", "markdown")
 T = TypeVar("T")

@@ -4,6 +4,8 @@ notes."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.gate.evaluate import Decisions, Evaluation, Figures, evaluate, figures
 from pytest_specbound.gate.verdict import Diagnosis, Reason, Status, Verdict, batching_problem
@@ -74,11 +76,8 @@ def compose(budget: ClassBudget, m: Measurement, f: Figures, found: list[Evaluat
 
 def notes(m: Measurement) -> list[tuple[Reason, str]]:
     """What the verdict notes about how the measurement was taken, with their reason codes."""
-    found: list[tuple[Reason, str | None]] = [
-        ("accept_estimated", "accept length is an estimate from stream timing (the server "
-                             "exposes no accept statistics)" if m.accept_source == "estimate"
-         else None),
-        ("clock_disagreement", m.clock_note()), ("server_clock_used", m.server_clock_note()),
-        ("untimed_retried", m.untimed_note()), ("stream_chunked", m.chunked_note()),
-        ("server_restarted", m.restart_note())]
-    return [(code, note) for code, note in found if note]
+    found: list[tuple[Reason, str]] = []
+    if m.accept_source == "estimate":
+        found.append(("accept_estimated", "accept length is an estimate from stream timing (the "
+                                          "server exposes no accept statistics)"))
+    return found + [(cast(Reason, code), note) for code, note in m.notes()]

@@ -116,7 +116,9 @@ def measure_class(plan: ClassPlan, pool: ServerPool, on_record: Progress | None 
         if on_record and not cur.interrupted:
             on_record(cur)
         if partial:
-            partial(running_result(base, rule.look(cur), plan, started))
+            # the rule's own look where it looks (cached), else the requests so far untested
+            look = rule.look(cur) if rule.looks_at(len(cur.records)) else Look(cur)
+            partial(running_result(base, look, plan, started))
 
     try:
         with exclusive_measurement(measurement_identity(plan.server),

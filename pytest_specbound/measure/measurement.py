@@ -203,6 +203,14 @@ class Measurement:
                 "during the measurement (a restart, or /metrics answered by another replica "
                 "behind a load balancer): no accept length is taken from them")
 
+    def notes(self) -> list[tuple[str, str]]:
+        """How the measurement was taken, where it matters: (reason code, sentence) pairs."""
+        found = [("clock_disagreement", self.clock_note()),
+                 ("server_clock_used", self.server_clock_note()),
+                 ("untimed_retried", self.untimed_note()), ("stream_chunked", self.chunked_note()),
+                 ("server_restarted", self.restart_note())]
+        return [(code, note) for code, note in found if note]
+
     def failure_note(self) -> str | None:
         """How many requests failed and the commonest error, in one line (None: none failed)."""
         failed = self.failures

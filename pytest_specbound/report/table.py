@@ -97,7 +97,6 @@ def measurement_text(m: Measurement) -> str:
                         + (f"{prefill:.0f} on average" if prefill is not None else
                            "not reported (the server does not say how much of a prompt it "
                            "computed)"))
-    lines += [f"note: {n}" for n in (m.clock_note(), m.server_clock_note(), m.untimed_note(),
-                                     m.chunked_note(), m.restart_note()) if n]
+    lines += [f"note: {note}" for _code, note in m.notes()]
     lines += [f"failed: {r.error}" for r in m.failures]
     return "\n".join(lines)

@@ -106,12 +106,6 @@ def proxies_for(url: str) -> dict[str, str]:
     return dict(requests.utils.get_environ_proxies(url))
 
 
-def ca_bundle_from_env() -> str | None:
-    """The CA bundle (a file, or a folder of hashed certificates) the environment names."""
-    return (os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
-            or os.environ.get("SSL_CERT_DIR") or None)
-
-
 def _verify_source(named: str | None) -> tuple[str | bool, str]:
     """What https is verified with, and how to say so in an error."""
     if named:
