@@ -23,16 +23,18 @@ from pytest_specbound.serving.backends import BACKENDS
 from pytest_specbound.serving.connect import ServerConfig
 from pytest_specbound.values import ValueProblem, levels
 
-TOP_KEYS = {"model", "speculative", "server", "classes", "hardware", "roofline"}
+TOP_KEYS = {"model", "speculative", "server", "classes", "hardware", "roofline", "no_speculation"}
 MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
 SPEC_KEYS = {"method", "steps", "draft_tokens", "draft_model", "draft_dtype"}
 SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", "api_key_env",
                "host", "port", "env", "cwd", "model_id", "check_model", "check_settings", "ca_bundle"}
+TWIN_KEYS = {"launch", "url", "ready_timeout_s"}
 ROOFLINE_KEYS = {"context", "overhead_ms", "draft_step_ms", "batch", "threads"}
 CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
-              "samples", "warmup", "concurrency", "require_no_throttle", "resolution"}
+              "samples", "warmup", "concurrency", "require_no_throttle", "resolution",
+              "min_speedup"}
 LEVEL_KEYS = {"accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "samples", "warmup",
-              "resolution"}
+              "resolution", "min_speedup"}
 LEVEL_TABLE = re.compile(r"^c([1-9][0-9]*)$")  # [classes.NAME.c4]: thresholds at concurrency 4
 
 
@@ -53,6 +55,7 @@ class ClassBudget:
     levels: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # [classes.X.cN]
     require_no_throttle: bool = False  # a throttled GPU fails the class on its own
     resolution: float | None = None  # relative miss the verdict must catch (default: settings)
+    min_speedup: float | None = None  # decode with speculation over without, per user
 
     @property
     def level_ids(self) -> bool:
@@ -70,6 +73,17 @@ class ModelRef:
     spec: str  # catalog name, config.json path or .gguf path (placeholders filled in later)
     dtype: str | None = None
     served_name: str | None = None
+
+
+@dataclass(frozen=True)
+class NoSpeculation:
+    """``[no_speculation]``: the server without speculation. Neither ``launch`` nor ``url``:
+    the budget's own launch command with its speculation flags removed."""
+
+    launch: str | None = None
+    url: str | None = None
+    ready_timeout_s: float | None = None
+    origin: str = ""  # where the table is, for errors
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,7 @@ class Budget:
     batch: int = 1
     threads: int | None = None  # CPU: threads the server computes with (default: from its launch)
     sha256: str = ""
+    no_speculation: NoSpeculation | None = None  # the twin, where the budget names one
     # where each value was written (file:line: key, or the marker keyword), for errors at run
     # time: "server", "model", "draft_model", and compute_roofline's keys ("spec", "batch", ...)
     origins: Mapping[str, str] = field(default_factory=dict)
@@ -169,6 +184,7 @@ def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
     classes = {name: _parse_class(w, name, values) for name, values in classes_t.items()}
     hardware = {label.lower(): _parse_override(w, label, over, server, classes)
                 for label, over in w.table(data, "hardware", required=False).items()}
+    twin = _parse_twin(w, data)
     leveled = next((c for c in classes.values() if c.concurrency != (1,)), None)
     if "batch" in roof_t and leveled is not None:
         raise w.error("roofline", "batch", f"class '{leveled.name}' sets concurrency, which sets "
@@ -182,7 +198,7 @@ def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
         head_dtype=head_dtype,
         batch=int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1)),
         threads=_optional_int(w.number("roofline", roof_t, "threads", integer=True, low=1)),
-        sha256=sha256,
+        sha256=sha256, no_speculation=twin,
         origins={"server": w.name("server", ""), "model": w.name("model", model_key),
                  "draft_model": w.name("speculative", "draft_model"),
                  "spec": w.name("speculative", "method"),
@@ -190,6 +206,24 @@ def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
                  **{k: w.name("roofline", k) for k in ROOFLINE_KEYS},
                  **{f"classes.{n}.prompts": w.name(f"classes.{n}", "prompts") for n in classes}},
     )
+
+
+def _parse_twin(w: Where, data: TomlTable) -> NoSpeculation | None:
+    """``[no_speculation]``: an optional launch or url of the server without speculation."""
+    if "no_speculation" not in data:
+        return None
+    t = w.table(data, "no_speculation", required=False)
+    w.check_keys("no_speculation", t, TWIN_KEYS)
+    if "launch" in t and "url" in t:
+        raise w.error("no_speculation", "url", "give launch or url, not both")
+    launch, url = w.string("no_speculation", t, "launch"), w.string("no_speculation", t, "url")
+    if url:
+        from pytest_specbound.serving.urls import split_url
+
+        split_url(url, w.name("no_speculation", "url"))
+    timeout = w.number("no_speculation", t, "ready_timeout_s", low=1)
+    return NoSpeculation(launch, url, None if timeout is None else float(timeout),
+                         w.name("no_speculation", "url" if url else "launch" if launch else ""))
 
 
 def _parse_model(w: Where, model_t: TomlTable) -> tuple[ModelRef, str]:
@@ -356,6 +390,7 @@ def _parse_class(w: Where, table_name: str, t: Any, label: str | None = None) ->
         levels=levels,
         require_no_throttle=_flag(w, table, t, "require_no_throttle"),
         resolution=w.number(table, t, "resolution", low=0.005, high=0.5),
+        min_speedup=w.number(table, t, "min_speedup", low=0),
     )
 
 

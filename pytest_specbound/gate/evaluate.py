@@ -13,10 +13,12 @@ from pytest_specbound.gate.verdict import Reason, Verdict
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.sequential import Decision, Side, Threshold
+from pytest_specbound.measure.speedup import Baseline, spec_rates, speedup
+from pytest_specbound.measure.stats import Interval
 from pytest_specbound.physics.roofline import Roofline
 
 Decisions = Mapping[Threshold, Decision]
-Party = str  # "drafter" or "system": who moved when the threshold fails
+Party = str  # "drafter", "system" or "speculation": who moved when the threshold fails
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class Figures:
     round_ms: float
     ttft_ms: float | None
     concurrency: int
+    speedup: Interval | None = None  # over the class without speculation, where measured
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,10 @@ class Evaluation:
     evidence: tuple[str, ...] = ()
 
 
-def figures(m: Measurement, roof: Roofline) -> Figures | Verdict:
-    """The figures the thresholds are judged on, or the error verdict when there are none."""
+def figures(m: Measurement, roof: Roofline, base: Baseline | None = None,
+            level: float = 0.95) -> Figures | Verdict:
+    """The figures the thresholds are judged on, or the error verdict when there are none;
+    with ``base`` (the class without speculation) the speedup and its interval at ``level``."""
     if m.failures:
         first = m.failures[0].error
         return Verdict("error", [f"{len(m.failures)} of {len(m.records)} requests failed: {first}"],
@@ -71,7 +76,8 @@ def figures(m: Measurement, roof: Roofline) -> Figures | Verdict:
     level_roof = level_roofline(m, roof)  # others' prefill in the rounds, at a closed-loop level
     roof_tok_s = level_roof.tok_s(min(accept, float(roof.max_accept)))
     return Figures(accept, tok_s, level_roof, roof_tok_s, tok_s / roof_tok_s, accept / tok_s * 1e3,
-                   m.ttft_ms().median, m.concurrency)
+                   m.ttft_ms().median, m.concurrency,
+                   speedup(spec_rates(m), base, level) if base is not None else None)
 
 
 def _evidence(threshold: Threshold, d: Decision, limit: str) -> str:
@@ -177,6 +183,26 @@ def max_ttft(budget: ClassBudget, f: Figures, decisions: Decisions | None) -> Ev
                       evidence)
 
 
+def min_speedup(budget: ClassBudget, f: Figures, decisions: Decisions | None,
+                accept_in_band: bool) -> Evaluation | None:
+    """``min_speedup``: decode with speculation over without, at this level."""
+    if budget.min_speedup is None or f.speedup is None:
+        return None
+    s, limit = f.speedup, budget.min_speedup
+    side, evidence = side_of(Threshold.SPEEDUP, s.estimate, limit, decisions)
+    shown = f"{s.estimate:.2f}x [{s.low:.2f}, {s.high:.2f}]"
+    if side == Side.UNSURE:
+        return Evaluation(Side.UNSURE, "speculation", pending=f"speedup {shown} vs min "
+                          f"{limit:g}x", evidence=evidence)
+    if side == Side.OK:
+        return Evaluation(Side.OK, "speculation", evidence=evidence)
+    band = (f"; accept {f.accept:.2f} in its band {_band(budget.accept)}"
+            if budget.accept is not None and accept_in_band else f"; accept {f.accept:.2f}")
+    return Evaluation(Side.BAD, "speculation", "speedup_below_min",
+                      (f"speculation does not pay at c{f.concurrency}: {shown} < min_speedup "
+                       f"{limit:g}x{band}",), evidence=evidence)
+
+
 def evaluate(budget: ClassBudget, m: Measurement, f: Figures, decisions: Decisions | None,
              cached_tokens: str | None = None) -> list[Evaluation]:
     """Every threshold the class sets, in the order the failure text lists them."""
@@ -189,14 +215,15 @@ def evaluate(budget: ClassBudget, m: Measurement, f: Figures, decisions: Decisio
     found = [band,
              efficiency_floor(budget, f, decisions, band is None or band.side != Side.BAD,
                               prefill_unknown),
-             min_rate(budget, f, decisions), max_ttft(budget, f, decisions)]
+             min_rate(budget, f, decisions), max_ttft(budget, f, decisions),
+             min_speedup(budget, f, decisions, band is None or band.side != Side.BAD)]
     return [e for e in found if e is not None]
 
 
 def thresholds_decided(budget: ClassBudget, m: Measurement, roof: Roofline,
-                       decisions: Decisions) -> bool:
+                       decisions: Decisions, base: Baseline | None = None) -> bool:
     """The sequential rule's question: has one threshold failed, or have all passed?"""
-    f = figures(m, roof)
+    f = figures(m, roof, base)
     if isinstance(f, Verdict):
         return False
     sides = [e.side for e in evaluate(budget, m, f, decisions)]

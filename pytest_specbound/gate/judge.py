@@ -11,6 +11,7 @@ from pytest_specbound.gate.evaluate import Decisions, Evaluation, Figures, evalu
 from pytest_specbound.gate.verdict import Diagnosis, Reason, Status, Verdict, batching_problem
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import Side
+from pytest_specbound.measure.speedup import Baseline
 from pytest_specbound.physics.render import one_line
 from pytest_specbound.physics.roofline import Roofline
 
@@ -18,7 +19,8 @@ from pytest_specbound.physics.roofline import Roofline
 def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
           decisions: Decisions | None = None, final: bool = True,
           batching: str | None = None, resolution: float | None = None,
-          cached_tokens: str | None = None) -> Verdict:
+          cached_tokens: str | None = None, base: Baseline | None = None,
+          level: float = 0.95) -> Verdict:
     """Compare ``m`` with ``budget``.
 
     ``decisions``: each threshold's sequential test (:mod:`pytest_specbound.gate.rule`); a
@@ -28,9 +30,10 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
     are not yet in the overlaps, so batching is judged only at the end); ``batching``: what to
     check when the server did not batch (:func:`~pytest_specbound.gate.verdict.batching_hint`);
     ``resolution``: named in the evidence of an undecided threshold; ``cached_tokens``: the
-    server flag that would let a level's floor count other requests' prefill.
+    server flag that would let a level's floor count other requests' prefill; ``base``: the
+    class measured without speculation (the speedup, at ``level``).
     """
-    f = figures(m, roof)
+    f = figures(m, roof, base, level)
     if isinstance(f, Verdict):
         return f
     found = evaluate(budget, m, f, decisions, cached_tokens)
@@ -46,6 +49,7 @@ def compose(budget: ClassBudget, m: Measurement, f: Figures, found: list[Evaluat
     failed = [e for e in found if e.side == Side.BAD]
     drafter = any(e.party == "drafter" for e in failed)
     system = any(e.party == "system" for e in failed)
+    unpaid = any(e.party == "speculation" for e in failed)
     reasons: list[Reason] = [e.reason for e in failed if e.reason]
     lines = [line for e in failed for line in e.failed]
     if drafter and budget.min_efficiency is not None and not system:
@@ -66,7 +70,7 @@ def compose(budget: ClassBudget, m: Measurement, f: Figures, found: list[Evaluat
     if status != "pass":
         lines.append("roofline: " + one_line(f.roof))
     diagnosis: Diagnosis = "both" if drafter and system else "drafter" if drafter else \
-        "system" if system else "none"
+        "system" if system else "speculation" if unpaid else "none"
     floor = budget.min_efficiency * f.roof_tok_s if budget.min_efficiency is not None else None
     if budget.min_tok_s is not None:
         floor = max(floor or 0.0, budget.min_tok_s)

@@ -5,15 +5,17 @@ as one frozen value. Measuring and judging take the plan (:mod:`pytest_specbound
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import Budget, ClassBudget, ModelRef
+from pytest_specbound.gate.budget import Budget, ClassBudget, ModelRef, NoSpeculation
 from pytest_specbound.gate.rule import SequentialRule, resolution_of
 from pytest_specbound.gate.settings import Settings
 from pytest_specbound.measure.prompts import load_prompts
+from pytest_specbound.measure.speedup import Baseline
 from pytest_specbound.physics.hardware import Hardware, matched_to_server, server_threads
 from pytest_specbound.physics.models import Model, load_model
 from pytest_specbound.physics.overheads import overhead_for
@@ -32,6 +34,7 @@ class RuleParameters:
     min_samples: int
     max_samples: int
     resolution: float
+    precision: float | None = None  # a base (no thresholds) stops once its rate is this precise
 
 
 @dataclass(frozen=True)
@@ -49,11 +52,12 @@ class ClassPlan:
     prompts: tuple[Prompt, ...]
     warmup: int
     max_seconds: float | None
+    base: Baseline | None = None  # the class at the level without speculation, measured
 
     def new_rule(self) -> SequentialRule:
         p = self.rule
         return SequentialRule(self.cls, self.roof, p.confidence, p.min_samples, p.max_samples,
-                              p.resolution)
+                              p.resolution, self.base, p.precision)
 
     @property
     def what(self) -> str:
@@ -61,9 +65,10 @@ class ClassPlan:
 
 
 def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings,
-               concurrency: int = 1) -> ClassPlan:
+               concurrency: int = 1, base: Baseline | None = None) -> ClassPlan:
     """The plan of ``cls`` at ``concurrency``: at a level above 1 the roofline's batch is the
-    level (a class that lists levels runs each as its own item)."""
+    level (a class that lists levels runs each as its own item); ``base``: the class measured
+    without speculation, for the speedup and ``min_speedup``."""
     values: dict[str, str] = {}
     if needs_demo(budget):
         from pytest_specbound.physics.demo import demo_models
@@ -71,12 +76,15 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
         values.update(demo_models())
     cls = cls.at(concurrency)
     roof = roofline_for(budget, hw, values, concurrency if cls.level_ids else None)
+    resolution = resolution_of(cls, settings.resolution)
+    # beside a base, the rate is also measured to half the resolution, for the speedup
+    precise = -math.log(1 - resolution) / 2 if base is not None else None
     rule = RuleParameters(settings.confidence, settings.min_samples,
-                          cls.samples or settings.samples, resolution_of(cls, settings.resolution))
+                          cls.samples or settings.samples, resolution, precise)
     prompts = tuple(load_prompts(cls.prompts, budget.origin(f"classes.{cls.name}.prompts")))
     warmup = cls.warmup if cls.warmup is not None else settings.warmup
     return ClassPlan(budget, cls, hw, roof, server_config(budget, settings), values, concurrency,
-                     rule, prompts, warmup, settings.max_seconds)
+                     rule, prompts, warmup, settings.max_seconds, base)
 
 
 def needs_demo(budget: Budget) -> bool:
@@ -175,3 +183,65 @@ def server_config(budget: Budget, settings: Settings) -> ServerConfig:
     return cfg
 
 
+
+
+# -- the twin without speculation -----------------------------------------------------------
+
+THRESHOLD_KEYS = ("accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "min_speedup")
+
+
+def wants_twin(budget: Budget, cls: ClassBudget, settings: Settings) -> bool:
+    """Whether the class is also measured without speculation: the budget has a
+    ``[no_speculation]`` table, the class (or one of its levels) sets ``min_speedup``, or
+    ``--specbound-speedup`` asks for every budget."""
+    if budget.speculation.method == "none":
+        return False
+    by_level = any("min_speedup" in v for v in cls.levels.values())
+    return (settings.speedup or budget.no_speculation is not None
+            or cls.min_speedup is not None or by_level)
+
+
+def twin_server(budget: Budget, settings: Settings) -> ServerConfig:
+    """The server without speculation: ``[no_speculation]``'s url or launch, else the
+    speculative server's launch command with its speculation flags removed."""
+    spec = server_config(budget, settings)
+    twin = budget.no_speculation or NoSpeculation()
+    base = replace(spec, url=None, launch=None)
+    if twin.ready_timeout_s is not None:
+        base = replace(base, ready_timeout_s=twin.ready_timeout_s)
+    if twin.url:
+        return replace(base, url=twin.url, origin=twin.origin)
+    if twin.launch:
+        return replace(base, launch=twin.launch)
+    origin = "--specbound-launch" if settings.launch else budget.origin("server") + ".launch"
+    if not spec.launch:
+        raise ConfigError(f"{budget.origin('server')}: the server is attached by url, so its "
+                          "twin without speculation cannot be derived: give [no_speculation] "
+                          "url (or launch)")
+    from pytest_specbound.serving.twin import without_speculation
+
+    return replace(base, launch=without_speculation(spec.launch, spec.backend, origin))
+
+
+def plain_class(cls: ClassBudget) -> ClassBudget:
+    """The class without thresholds (a base is measured, not judged)."""
+    levels = {k: {n: v for n, v in t.items() if n not in THRESHOLD_KEYS}
+              for k, t in cls.levels.items()}
+    return replace(cls, accept=None, min_efficiency=None, min_tok_s=None, max_ttft_ms=None,
+                   min_speedup=None, levels=levels)
+
+
+def plan_twin(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings,
+              concurrency: int) -> ClassPlan:
+    """The class at the level on the server without speculation: no thresholds; it stops once
+    its decode rate is known to half the resolution (or at its sample budget)."""
+    from pytest_specbound.physics.speculative import parse_speculation
+
+    server = twin_server(budget, settings)
+    twin = replace(budget, speculation=parse_speculation("none"), draft_model=None,
+                   server=server, no_speculation=None, draft_step_ms=0.0, head_dtype=None,
+                   hardware={})
+    plan = plan_class(twin, plain_class(cls), hw, replace(settings, url=None, launch=None),
+                      concurrency)
+    half = -math.log(1 - plan.rule.resolution) / 2
+    return replace(plan, rule=replace(plan.rule, precision=half))

@@ -115,6 +115,14 @@ class ServerPool:
         with FileLock(str(lock_path)):
             state_path.write_text(json.dumps({"stopped": True, "refs": 0}))
 
+    def stop_launched(self) -> None:
+        """Stop the servers this process launched and alone uses (a speculative server and its
+        twin without speculation must not share the hardware while either is measured)."""
+        for key, (server, _) in list(self._servers.items()):
+            if server.owned and key not in self._joined:
+                server.stop()
+                del self._servers[key]
+
     def stop_owned_now(self) -> None:
         """On interrupt: stop what this process launched at once, users or not."""
         for server, _ in self._servers.values():

@@ -23,7 +23,7 @@ from pytest_specbound.serving.records import (
 )
 
 Bounds = Mapping[str, tuple[float, float]]  # metric -> confidence interval at the last look
-DIAGNOSES: tuple[Diagnosis, ...] = ("drafter", "system", "both", "none")
+DIAGNOSES: tuple[Diagnosis, ...] = ("drafter", "system", "both", "speculation", "none")
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,11 @@ class ClassResult:
     transient: int = 0  # leading requests left out of the figures as a warm-up transient
     resolution: float | None = None  # the relative miss each threshold's test is sized for
     tests: JSONObject = field(default_factory=dict)  # per threshold: its sequential test's state
+    min_speedup: float | None = None
+    speedup: float | None = None  # per-user decode with speculation over without (this level)
+    speedup_bounds: tuple[float, float] | None = None  # at confidence_level
+    base: JSONObject | None = None  # the class measured without speculation (Baseline.to_json)
+    draft_step_ms: JSONObject | None = None  # the engine's cost per draft forward, measured
 
     def __getitem__(self, key: str) -> object:
         """The results-JSON view: ``result["decode_tok_s"]`` reads what the results file says
@@ -167,6 +172,12 @@ class ClassResult:
         if key not in data:
             raise KeyError(f"{key!r} is not a results key; valid: {', '.join(data)}")
         return data[key]
+
+    @property
+    def base_decode_tok_s(self) -> float | None:
+        """The per-user decode rate without speculation (the base's geometric mean)."""
+        value = (self.base or {}).get("decode_tok_s")
+        return float(value) if isinstance(value, (int, float)) else None
 
     @property
     def status(self) -> Status:
@@ -225,6 +236,10 @@ class ClassResult:
             "text": list(v.lines), "roofline_tok_s": v.roofline_tok_s,
             "floor_tok_s": v.floor_tok_s, "efficiency": v.efficiency,
             "measured_round_ms": v.round_ms, "nodeid": self.nodeid,
+            "min_speedup": self.min_speedup, "speedup": self.speedup,
+            "speedup_bounds": list(self.speedup_bounds) if self.speedup_bounds else None,
+            "base_decode_tok_s": self.base_decode_tok_s, "base": self.base,
+            "draft_step_ms": self.draft_step_ms,
         }
 
     @classmethod
@@ -283,7 +298,18 @@ class ClassResult:
                            if isinstance(r, Mapping)),
             elapsed_s=_float(d, "elapsed_s"), partial=bool(d.get("partial")),
             interrupted=bool(d.get("interrupted")), nodeid=_str(d, "nodeid"),
+            min_speedup=_float(d, "min_speedup"), speedup=_float(d, "speedup"),
+            speedup_bounds=_pair(d, "speedup_bounds"), base=_object(d, "base") or None,
+            draft_step_ms=_object(d, "draft_step_ms") or None,
         )
+
+
+def _pair(d: Mapping[str, object], key: str) -> tuple[float, float] | None:
+    value = d.get(key)
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float))
+                                                           for v in value):
+        return float(value[0]), float(value[1])
+    return None
 
 
 def basename(path: str) -> str:

@@ -21,6 +21,12 @@ from pytest_specbound.measure.sequential import (
     per_request,
     with_transient,
 )
+from pytest_specbound.measure.speedup import (
+    Baseline,
+    precise_enough,
+    spec_rates,
+    speedup_decision,
+)
 from pytest_specbound.measure.stats import bounds
 from pytest_specbound.physics.roofline import Roofline
 from pytest_specbound.values import DEFAULT_RESOLUTION
@@ -28,8 +34,9 @@ from pytest_specbound.values import DEFAULT_RESOLUTION
 Decisions = Mapping[Threshold, Decision]
 
 
-def limits(cls: ClassBudget) -> list[Limit]:
-    """Every one-sided test the class asks for (the accept band is two)."""
+def limits(cls: ClassBudget, base: Baseline | None = None) -> list[Limit]:
+    """Every one-sided test the class asks for (the accept band is two; ``min_speedup`` only
+    with a measured base to compare with)."""
     out: list[Limit] = []
     if cls.accept is not None:
         out += [Limit(Threshold.ACCEPT_LOW, cls.accept[0]),
@@ -40,6 +47,8 @@ def limits(cls: ClassBudget) -> list[Limit]:
         out.append(Limit(Threshold.DECODE_TOK_S, cls.min_tok_s))
     if cls.max_ttft_ms is not None:
         out.append(Limit(Threshold.TTFT_MS, cls.max_ttft_ms))
+    if cls.min_speedup is not None and base is not None:
+        out.append(Limit(Threshold.SPEEDUP, cls.min_speedup))
     return out
 
 
@@ -50,15 +59,18 @@ def per_threshold_alpha(confidence: float, tests: int) -> float:
 
 
 def decisions(cls: ClassBudget, m: Measurement, roof: Roofline, confidence: float,
-              resolution: float, min_n: int = MIN_DECISION) -> dict[Threshold, Decision]:
+              resolution: float, min_n: int = MIN_DECISION,
+              base: Baseline | None = None) -> dict[Threshold, Decision]:
     """Each threshold's sequential test on ``m`` (its warm-up transient already excluded)."""
-    tests = limits(cls)
+    tests = limits(cls, base)
     alpha = per_threshold_alpha(confidence, len(tests))
-    return {t.threshold: _decide(t, m, roof, alpha, resolution, min_n) for t in tests}
+    return {t.threshold: _decide(t, m, roof, alpha, resolution, min_n, base) for t in tests}
 
 
 def _decide(t: Limit, m: Measurement, roof: Roofline, alpha: float, resolution: float,
-            min_n: int) -> Decision:
+            min_n: int, base: Baseline | None = None) -> Decision:
+    if t.threshold is Threshold.SPEEDUP and base is not None:
+        return speedup_decision(spec_rates(m), base, t.value, alpha, resolution, min_n)
     if t.value <= 0:  # a floor of 0 holds and a ceiling of 0 fails, whatever is measured
         return Decision(Side.OK if t.floor else Side.BAD, len(m.ok))
     if t.metric is Metric.ACCEPT_LENGTH:
@@ -109,6 +121,8 @@ class SequentialRule:
     min_samples: int
     max_samples: int
     resolution: float = DEFAULT_RESOLUTION
+    base: Baseline | None = None  # the class without speculation, for ``min_speedup``
+    precision: float | None = None  # also stop only once the decode rate is this precise
     _memo: tuple[tuple[object, ...], Look] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:  # a class budget under the minimum lowers it
@@ -121,7 +135,7 @@ class SequentialRule:
     @property
     def level(self) -> float:
         """Confidence level of the intervals reported beside the tests (two-sided, 2 alpha)."""
-        return 1 - 2 * per_threshold_alpha(self.confidence, len(limits(self.budget)))
+        return 1 - 2 * per_threshold_alpha(self.confidence, len(limits(self.budget, self.base)))
 
     def looks_at(self, n: int) -> bool:
         return n >= min(self.min_samples, self.max_samples)
@@ -134,7 +148,7 @@ class SequentialRule:
             return self._memo[1]
         settled = with_transient(m)
         found = decisions(self.budget, settled, self.roof, self.confidence, self.resolution,
-                          min(MIN_DECISION, self.min_samples))
+                          min(MIN_DECISION, self.min_samples), self.base)
         look = Look(settled, found, bounds(settled, level_roofline(settled, self.roof).round_ms,
                                            self.level, self.roof.max_accept), self.level)
         self._memo = (key, look)
@@ -147,11 +161,16 @@ class SequentialRule:
         if not self.looks_at(n):
             return None
         look = self.look(m)
-        if thresholds_decided(self.budget, look.measurement, self.roof, look.decisions):
+        if thresholds_decided(self.budget, look.measurement, self.roof, look.decisions,
+                              self.base) and self._precise(look.measurement):
             return Stop.DECIDED, f"decided after {n} requests"
         if n >= self.max_samples:
             return Stop.SAMPLE_BUDGET, f"sample budget of {self.max_samples} requests"
         return None
+
+
+    def _precise(self, m: Measurement) -> bool:
+        return self.precision is None or precise_enough(spec_rates(m), self.level, self.precision)
 
 
 def resolution_of(cls: ClassBudget, default: float) -> float:

@@ -22,6 +22,7 @@ from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, st
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.sampler import Sampler, measure
+from pytest_specbound.measure.speedup import Baseline
 from pytest_specbound.measure.telemetry import Telemetry, findings
 from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.physics.roofline import Roofline
@@ -93,6 +94,7 @@ class Measured:
     backend: Backend
     telemetry: JSONObject | None
     started: float  # wall clock when the class began
+    command: str | None = None  # the server measured: its launch command, or its URL
 
 
 Progress = Callable[[Measurement], None]
@@ -132,7 +134,8 @@ def measure_class(plan: ClassPlan, pool: ServerPool, on_record: Progress | None 
                              interrupted=True))
         raise
     # the final look: the whole measurement, its transient excluded
-    return Measured(rule.look(m), served, backend, telemetry, started)
+    return Measured(rule.look(m), served, backend, telemetry, started,
+                    launched_command(server, plan.server) if server.owned else server.url)
 
 
 def checked_server(plan: ClassPlan, server: Server, backend: Backend) -> tuple[ServerInfo, Served]:
@@ -181,7 +184,8 @@ def judge_class(plan: ClassPlan, measured: Measured,
     hint = batching_hint(backend.name, backend.batching_setting, plan.concurrency, served.slots,
                          served.sources.get("slots", ""))
     verdict = judge(plan.cls, look.measurement, plan.roof, look.decisions, batching=hint,
-                    resolution=plan.rule.resolution, cached_tokens=backend.cached_tokens_setting)
+                    resolution=plan.rule.resolution, cached_tokens=backend.cached_tokens_setting,
+                    base=plan.base, level=look.level or plan.rule.confidence)
     verdict = explained(verdict, [*setting_findings(plan.hw, served),
                                   *findings(measured.telemetry)], plan.cls.require_no_throttle)
     beaten = beaten_cpu_ceiling(plan.roof.hardware, verdict.efficiency)
@@ -190,16 +194,50 @@ def judge_class(plan: ClassPlan, measured: Measured,
         if say:
             say(beaten)
     base = replace(base_result(plan), served=served.to_json(), telemetry=measured.telemetry)
-    return replace(running_result(base, look, plan, measured.started),
-                   verdict=verdict, partial=False)
+    result = replace(running_result(base, look, plan, measured.started),
+                     verdict=verdict, partial=False)
+    return with_speedup(result, plan, look) if plan.base is not None else result
+
+
+def with_speedup(result: ClassResult, plan: ClassPlan, look: Look) -> ClassResult:
+    """The speedup over the class without speculation, and the engine's cost per draft forward:
+    the round above the roofline with speculation, less the same without, per forward."""
+    from pytest_specbound.measure.speedup import draft_step_cost, spec_rates, spec_rounds_ms, speedup
+    from pytest_specbound.physics.roofline import draft_forwards
+
+    assert plan.base is not None
+    m, level = look.measurement, look.level or plan.rule.confidence
+    s = speedup(spec_rates(m), plan.base, level)
+    forwards = draft_forwards(plan.roof.spec)
+    physics = (level_roofline(m, plan.roof).round_ms if m.timed else plan.roof.round_ms) \
+        - forwards * plan.roof.draft_step_ms
+    cost = draft_step_cost(spec_rounds_ms(m), physics, plan.base, forwards, level)
+    return replace(result, min_speedup=plan.cls.min_speedup,
+                   speedup=round(s.estimate, 4) if s else None,
+                   speedup_bounds=(round(s.low, 4), round(s.high, 4)) if s else None,
+                   base=plan.base.to_json(),
+                   draft_step_ms={**cost.to_json(), "floor_round_ms": round(physics, 4),
+                                  "concurrency": plan.concurrency} if cost else None)
+
+
+def baseline_of(plan: ClassPlan, measured: Measured) -> Baseline:
+    """A twin's measurement as the base its speculative class is compared with."""
+    from pytest_specbound.measure.speedup import spec_rates
+
+    m = measured.look.measurement
+    roof = level_roofline(m, plan.roof) if m.timed else plan.roof
+    return Baseline(tuple(spec_rates(m)),
+                    tuple(r.decode_s * 1e3 / r.decode_tokens for r in m.timed if r.decode_tokens),
+                    roof.round_ms, roof.tok_s(1.0), measured.command)
 
 
 def run_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings,
               pool: ServerPool, on_record: Progress | None = None,
               partial: Partial | None = None, say: Callable[[str], None] | None = None,
-              concurrency: int = 1) -> ClassResult:
-    """Plan, measure and judge one class at one concurrency level."""
-    plan = plan_class(budget, cls, hw, settings, concurrency)
+              concurrency: int = 1, base: Baseline | None = None) -> ClassResult:
+    """Plan, measure and judge one class at one concurrency level (``base``: the class
+    measured without speculation, for the speedup)."""
+    plan = plan_class(budget, cls, hw, settings, concurrency, base)
     return judge_class(plan, measure_class(plan, pool, on_record, partial, say), say)
 
 

@@ -27,6 +27,7 @@ class Option:
     env: str | None
     help: str
     default: str | None = None
+    switch: bool = False  # a flag that takes no value (its environment variable: 1/0)
 
 
 OPTIONS = (
@@ -65,7 +66,12 @@ OPTIONS = (
            "what an inconclusive verdict counts as: fail, pass or skip", "fail"),
     Option("specbound_budgets", "--specbound-budgets", None,
            "where budget files are collected from (ini: specbound_budgets)", "budgets"),
+    Option("specbound_speedup", "--specbound-speedup", "SPECBOUND_SPEEDUP",
+           "also measure every budget's server without speculation and report the speedup",
+           switch=True),
 )
+SWITCH_VALUES = {"1": True, "true": True, "yes": True, "on": True,
+                 "0": False, "false": False, "no": False, "off": False}
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,7 @@ class Settings:
     budgets: tuple[str, ...]
     resolution: float
     concurrency: tuple[int, ...] | None = None  # overrides every class's levels
+    speedup: bool = False  # measure every budget's twin without speculation
 
 
 def _levels(flag: str, text: str | None) -> tuple[int, ...] | None:
@@ -114,6 +121,15 @@ def _float(flag: str, text: str, low: float, high: float | None = None,
         return number(text, low, high, open_low)
     except ValueProblem as exc:
         raise ConfigError(f"{flag}={text}: {exc}") from None
+
+
+def _switch(flag: str, text: str | None) -> bool:
+    if not text:
+        return False
+    value = SWITCH_VALUES.get(text.strip().lower())
+    if value is None:
+        raise ConfigError(f"{flag}={text}: valid: {', '.join(SWITCH_VALUES)}")
+    return value
 
 
 def _existing_file(flag: str, text: str | None) -> str | None:
@@ -229,4 +245,5 @@ def resolve(
         resolution=_float(origin("specbound_resolution"), given("specbound_resolution"),
                           0.005, 0.5),
         concurrency=_levels(origin("specbound_concurrency"), text("specbound_concurrency")),
+        speedup=_switch(origin("specbound_speedup"), text("specbound_speedup")),
     )

@@ -11,14 +11,14 @@ from pytest_specbound.measure.measurement import Measurement
 
 Status = Literal["pass", "fail", "error", "skip", "inconclusive", "running"]
 STATUSES: tuple[Status, ...] = get_args(Status)  # "running": a result still being measured
-Diagnosis = Literal["drafter", "system", "both", "none"]
+Diagnosis = Literal["drafter", "system", "both", "speculation", "none"]
 Reason = Literal[
     "request_failed", "untimed", "no_data", "no_accept", "setup", "interrupted",
     "accept_below_band", "accept_above_band", "efficiency_below_min", "tok_s_below_min",
     "ttft_above_max", "not_batching", "throttled", "inconclusive",
     "accept_estimated", "clock_disagreement", "server_clock_used", "untimed_retried",
     "stream_chunked",
-    "server_restarted",
+    "server_restarted", "speedup_below_min",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 

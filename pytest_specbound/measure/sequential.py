@@ -234,9 +234,12 @@ class Threshold(str, enum.Enum):
     EFFICIENCY = "efficiency"
     DECODE_TOK_S = "decode_tok_s"
     TTFT_MS = "ttft_ms"
+    SPEEDUP = "speedup"  # over the server without speculation (measure/speedup.py)
 
     @property
     def metric(self) -> Metric:
+        if self is Threshold.SPEEDUP:
+            return Metric.DECODE_TOK_S
         return Metric.ACCEPT_LENGTH if self in _ACCEPT else Metric(self.value)
 
     @property
@@ -252,7 +255,7 @@ class Threshold(str, enum.Enum):
 _ACCEPT = (Threshold.ACCEPT_LOW, Threshold.ACCEPT_HIGH)
 _LABELS = {Threshold.ACCEPT_LOW: "accept", Threshold.ACCEPT_HIGH: "accept",
            Threshold.EFFICIENCY: "efficiency", Threshold.DECODE_TOK_S: "decode tok/s",
-           Threshold.TTFT_MS: "TTFT ms"}
+           Threshold.TTFT_MS: "TTFT ms", Threshold.SPEEDUP: "speedup"}
 
 
 @dataclass(frozen=True)

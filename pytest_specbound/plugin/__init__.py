@@ -33,7 +33,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for opt in OPTIONS:
         env = f" [env {opt.env}]" if opt.env else ""
         default = f" (default {opt.default})" if opt.default else ""
-        group.addoption(opt.flag, dest=opt.name, default=None, help=opt.help + env + default)
+        if opt.switch:  # on when given (None when not, so the environment and ini still count)
+            group.addoption(opt.flag, dest=opt.name, default=None, action="store_const",
+                            const="1", help=opt.help + env)
+        else:
+            group.addoption(opt.flag, dest=opt.name, default=None,
+                            help=opt.help + env + default)
         if opt.name == "specbound_budgets":
             parser.addini(opt.name, opt.help, type="args")
         else:

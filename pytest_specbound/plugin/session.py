@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pytest_specbound.gate.pool import ServerPool
     from pytest_specbound.gate.result import ClassResult
     from pytest_specbound.gate.settings import Settings
+    from pytest_specbound.gate.twins import Twins
     from pytest_specbound.gate.verdict import Verdict
     from pytest_specbound.physics.hardware import Hardware
     from pytest_specbound.report.outputs import Outputs
@@ -69,6 +70,8 @@ class SpecboundSession:
         self._outputs: Outputs | None = None
         self.controller = not hasattr(config, "workerinput")
         self._old_sigterm: Any = None
+        self._items: list[pytest.Item] = []  # the budget items this session runs
+        self._twins: Twins | None = None
 
     # -- session resources ---------------------------------------------------------------
     @property
@@ -136,8 +139,10 @@ class SpecboundSession:
                 self.outputs.write_json(partial=True)
 
         try:
+            base = self._base(budget, cls_name, concurrency)
             result = run_class(budget, cls, hw, self.settings, self.pool,
-                               progress.update if progress else None, partial, say, concurrency)
+                               progress.update if progress else None, partial, say, concurrency,
+                               base)
         except KeyboardInterrupt:
             raise  # the partial entry stays in the running results and is written as such
         except SpecboundError as exc:
@@ -148,6 +153,35 @@ class SpecboundSession:
             raise
         running.pop(item.nodeid, None)
         return self._record(item, result)
+
+    def _base(self, budget: Budget, cls_name: str, concurrency: int) -> Any:
+        """The class at the level measured without speculation (None where not asked for).
+        Every base of the session is measured before the first class, so no speculative server
+        runs beside its twin and each server is launched once."""
+        from pytest_specbound.gate.plan import wants_twin
+
+        hw = self.hardware
+        assert hw is not None
+        if self._twins is None:
+            from pytest_specbound.gate.twins import Twins
+
+            self._twins = Twins(hw, self.settings, self.pool, self._say)
+            self._twins.measure_all(self._wanted_twins(hw.label))
+        if not wants_twin(budget, budget.classes[cls_name], self.settings):
+            return None
+        return self._twins.get(budget, cls_name, concurrency)
+
+    def _wanted_twins(self, label: str) -> list[tuple[Budget, str, int]]:
+        from pytest_specbound.gate.plan import wants_twin
+        from pytest_specbound.plugin.items import BudgetItem
+
+        wanted = []
+        for item in self._items:
+            if isinstance(item, BudgetItem):
+                budget = item.budget.for_hardware(label)
+                if wants_twin(budget, budget.classes[item.cls_name], self.settings):
+                    wanted.append((budget, item.cls_name, item.concurrency))
+        return wanted
 
     def _record(self, item: pytest.Item, result: ClassResult) -> ClassResult:
         """Results travel on the test report (xdist-safe) and land in JUnit properties."""
@@ -254,6 +288,12 @@ class SpecboundSession:
                 errors.append(str(exc))
         if errors:
             raise pytest.UsageError("\n".join(errors))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The items that will run (after -k / -m deselection): whose bases to measure."""
+        from pytest_specbound.plugin.items import BudgetItem
+
+        self._items = [item for item in session.items if isinstance(item, BudgetItem)]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.controller:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Mapping, Sequence
 
 from pytest_specbound.gate.result import ClassResult, basename
 from pytest_specbound.measure.measurement import Measurement
@@ -10,14 +11,30 @@ from pytest_specbound.measure.measurement import Measurement
 HEADERS = ("class", "hardware", "conc", "accept [band]", "tok/s", "floor", "roofline",
            "efficiency", "verdict")
 AGGREGATE = "aggregate"  # a column only where some result ran above concurrency 1
+SPEEDUP = "speedup [interval]"  # a column only where some class was measured without speculation
 
 
 def headers(results: Sequence[ClassResult]) -> tuple[str, ...]:
-    """The table's columns: tok/s is per user; the aggregate appears with concurrency > 1."""
+    """The table's columns: tok/s is per user; the aggregate appears with concurrency > 1, the
+    speedup where a class was also measured without speculation."""
+    cols: tuple[str, ...] = HEADERS
     if any(r.concurrency > 1 for r in results):
-        i = HEADERS.index("tok/s") + 1
-        return (*HEADERS[:i], AGGREGATE, *HEADERS[i:])
-    return HEADERS
+        i = cols.index("tok/s") + 1
+        cols = (*cols[:i], AGGREGATE, *cols[i:])
+    if any(r.base is not None for r in results):
+        i = cols.index("efficiency") + 1
+        cols = (*cols[:i], SPEEDUP, *cols[i:])
+    return cols
+
+
+def speedup_text(r: ClassResult) -> str:
+    """``1.14x [1.01, 1.28]`` (``>= 1.1`` appended where the class sets a minimum)."""
+    if r.speedup is None:
+        return "-"
+    interval = f" [{r.speedup_bounds[0]:.2f}, {r.speedup_bounds[1]:.2f}]" \
+        if r.speedup_bounds else ""
+    floor = f" >= {r.min_speedup:g}" if r.min_speedup is not None else ""
+    return f"{r.speedup:.2f}x{interval}{floor}"
 
 
 def _num(value: float | None, spec: str = ".2f") -> str:
@@ -25,7 +42,8 @@ def _num(value: float | None, spec: str = ".2f") -> str:
 
 
 def rows(results: Sequence[ClassResult]) -> list[tuple[str, ...]]:
-    with_aggregate = AGGREGATE in headers(results)
+    cols = headers(results)
+    with_aggregate, with_speedup = AGGREGATE in cols, SPEEDUP in cols
     out: list[tuple[str, ...]] = []
     for r in results:
         accept = _num(r.accept_length, ".2f")
@@ -37,10 +55,11 @@ def rows(results: Sequence[ClassResult]) -> list[tuple[str, ...]]:
             accept += " (window)"
         v = r.verdict
         aggregate = (_num(r.aggregate_tok_s, ".1f"),) if with_aggregate else ()
+        speedup = (speedup_text(r),) if with_speedup else ()
         out.append((
             f"{basename(r.budget)}::{r.class_name}", r.hardware, str(r.concurrency), accept,
             _num(r.decode_tok_s, ".1f"), *aggregate, _num(v.floor_tok_s, ".1f"),
-            _num(v.roofline_tok_s, ".1f"), _num(v.efficiency, ".2f"), v.status.upper(),
+            _num(v.roofline_tok_s, ".1f"), _num(v.efficiency, ".2f"), *speedup, v.status.upper(),
         ))
     return out
 
@@ -51,6 +70,47 @@ def notes(results: Sequence[ClassResult]) -> list[str]:
             for note in (r.clock_note, r.server_clock_note, r.untimed_note) if note]
 
 
+def speedup_lines(results: Sequence[ClassResult]) -> list[str]:
+    """Per class: the base without speculation, where the speedup crosses 1, and the measured
+    cost per draft forward at each level."""
+    out: list[str] = []
+    by_class: dict[str, list[ClassResult]] = {}
+    for r in results:
+        if r.base is not None:
+            by_class.setdefault(f"{basename(r.budget)}::{r.class_name}", []).append(r)
+    for name, rs in by_class.items():
+        rs = sorted(rs, key=lambda x: x.concurrency)
+        parts = [f"c{r.concurrency} {_num(r.base_decode_tok_s, '.1f')} tok/s" for r in rs]
+        costs = [f"c{r.concurrency} {_draft_cost(r.draft_step_ms)}" for r in rs if r.draft_step_ms]
+        line = f"{name} without speculation: {', '.join(parts)}"
+        crossing = crossover(rs)
+        if crossing:
+            line += f"; {crossing}"
+        if costs:
+            line += f"; engine cost per draft forward above the roofline: {', '.join(costs)}"
+        out.append(line)
+    return out
+
+
+def _draft_cost(cost: Mapping[str, object]) -> str:
+    ms, low, high = (cost.get(k) for k in ("ms", "low", "high"))
+    if not all(isinstance(v, (int, float)) for v in (ms, low, high)):
+        return "-"
+    return f"{ms:.2f} ms [{low:.2f}, {high:.2f}]"
+
+
+def crossover(rs: Sequence[ClassResult]) -> str | None:
+    """Where the speedup crosses 1 across the class's levels (in level order), if it does."""
+    pts = [(r.concurrency, r.speedup) for r in rs if r.speedup is not None]
+    for (c0, s0), (c1, s1) in itertools.pairwise(pts):
+        if (s0 - 1) * (s1 - 1) < 0:
+            return f"speculation stops paying between c{c0} ({s0:.2f}x) and c{c1} ({s1:.2f}x)" \
+                if s0 > 1 else f"speculation starts paying between c{c0} and c{c1}"
+    if pts and all(s < 1 for _, s in pts):
+        return "speculation does not pay at any measured level"
+    return None
+
+
 def terminal(results: Sequence[ClassResult]) -> str:
     body = rows(results)
     cols = headers(results)
@@ -59,6 +119,7 @@ def terminal(results: Sequence[ClassResult]) -> str:
     out = [line, "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) for row in body]
     out += [f"note: {line}" for line in notes(results)]
+    out += speedup_lines(results)
     return "\n".join(out)
 
 
@@ -69,6 +130,8 @@ def markdown(results: Sequence[ClassResult]) -> str:
     out += ["| " + " | ".join(row) + " |" for row in rows(results)]
     out += [f"\n- note: {line}" if i == 0 else f"- note: {line}"
             for i, line in enumerate(notes(results))]
+    out += [f"\n- {line}" if i == 0 else f"- {line}"
+            for i, line in enumerate(speedup_lines(results))]
     for r in results:
         if r.status in ("pass", "skip"):
             continue

@@ -51,7 +51,12 @@ CLASS = {"prompts": ('"coding"', lambda c: c.prompts == "coding"),
          "warmup": ("0", lambda c: c.warmup == 0),
          "concurrency": ("[1, 4]", lambda c: c.concurrency == (1, 4)),
          "require_no_throttle": ("true", lambda c: c.require_no_throttle is True),
-         "resolution": ("0.1", lambda c: c.resolution == 0.1)}
+         "resolution": ("0.1", lambda c: c.resolution == 0.1),
+         "min_speedup": ("1.2", lambda c: c.min_speedup == 1.2)}
+TWIN = {"launch": ('"plain --port {port}"', lambda t: t.launch == "plain --port {port}"),
+        "url": ('"http://127.0.0.1:9"', lambda t: t.url == "http://127.0.0.1:9"
+                and t.origin.endswith(":12: no_speculation.url")),
+        "ready_timeout_s": ("45", lambda t: t.ready_timeout_s == 45)}
 ROOFLINE = {"context": ("0", lambda b: b.context == 0),
             "overhead_ms": ("0", lambda b: b.overhead_ms == 0),
             "draft_step_ms": ("0.4", lambda b: b.draft_step_ms == 0.4),
@@ -72,6 +77,31 @@ def test_the_walk_covers_the_whole_schema():
     assert set(SERVER) == schema.SERVER_KEYS - {"url"}  # url excludes launch: its own test
     assert set(CLASS) == schema.CLASS_KEYS
     assert set(ROOFLINE) == schema.ROOFLINE_KEYS
+    assert set(TWIN) == schema.TWIN_KEYS
+
+
+@pytest.mark.parametrize("key", sorted(TWIN))
+def test_no_speculation_keys_reach_the_twin(tmp_path, key):
+    value, check = TWIN[key]
+    b = load_budget(write(tmp_path, {**BASE, "no_speculation": f"{key} = {value}"}))
+    assert b.no_speculation is not None and check(b.no_speculation)
+
+
+def test_an_empty_no_speculation_table_asks_for_the_derived_twin(tmp_path):
+    b = load_budget(write(tmp_path, {**BASE, "no_speculation": ""}))
+    assert b.no_speculation is not None and not b.no_speculation.launch
+    assert load_budget(write(tmp_path, BASE)).no_speculation is None
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    ('launch = "a"\nurl = "http://h:1"', r"no_speculation\.url: give launch or url, not both"),
+    ("ready_timeout_s = 0", r"no_speculation\.ready_timeout_s"),
+    ("bogus = 1", r"no_speculation\.bogus: unknown key"),
+    ('url = "ftp://h"', r"no_speculation\.url=ftp://h"),
+])
+def test_no_speculation_errors_name_the_line(tmp_path, body, needle):
+    with pytest.raises(ConfigError, match=r"b\.toml:1[23]: " + needle):
+        load_budget(write(tmp_path, {**BASE, "no_speculation": body}))
 
 
 @pytest.mark.parametrize(("table", "key"), [(t, k) for t, keys in

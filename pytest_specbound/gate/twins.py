@@ -1,0 +1,81 @@
+"""Every class that is compared with speculation off, measured on its twin server first: one
+twin server at a time, each launched once, and none while a speculative server runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from pytest_specbound.errors import ServerError, SpecboundError
+from pytest_specbound.gate.budget import Budget
+from pytest_specbound.gate.plan import ClassPlan, plan_twin
+from pytest_specbound.gate.pool import ServerPool
+from pytest_specbound.gate.runner import baseline_of, measure_class
+from pytest_specbound.gate.settings import Settings
+from pytest_specbound.measure.speedup import Baseline
+from pytest_specbound.physics.hardware import Hardware
+
+TwinKey = tuple[str, str, int]  # budget path, class, level
+
+
+@dataclass
+class Twins:
+    """The bases (classes measured without speculation) of a run, by budget, class and level."""
+
+    hw: Hardware
+    settings: Settings
+    pool: ServerPool
+    say: Callable[[str], None] | None = None
+    _found: dict[TwinKey, Baseline | SpecboundError] = field(default_factory=dict)
+
+    def measure_all(self, wanted: Iterable[tuple[Budget, str, int]]) -> None:
+        """Measure every wanted base not yet measured, grouped by twin server (each launched
+        once, stopped before the next one and before any speculative server starts)."""
+        plans: list[tuple[TwinKey, ClassPlan]] = []
+        for budget, name, level in wanted:
+            key = (str(budget.path), name, level)
+            if key in self._found or key in {k for k, _ in plans}:
+                continue
+            try:
+                plans.append((key, plan_twin(budget, budget.classes[name], self.hw,
+                                             self.settings, level)))
+            except SpecboundError as exc:
+                self._found[key] = exc
+        plans.sort(key=lambda kp: kp[1].server.key())  # stable: the run's order within a server
+        self.pool.stop_launched()
+        current = None
+        for key, plan in plans:
+            if current is not None and plan.server.key() != current:
+                self.pool.stop_launched()
+            current = plan.server.key()
+            self._found[key] = self._measure(plan)
+        self.pool.stop_launched()
+
+    def _measure(self, plan: ClassPlan) -> Baseline | SpecboundError:
+        say = self.say
+        if say:
+            say(f"measuring {plan.what} without speculation"
+                + (f": {plan.server.launch}" if plan.server.launch else f" at {plan.server.url}"))
+        try:
+            measured = measure_class(plan, self.pool, say=say)
+        except SpecboundError as exc:
+            return ServerError(f"the server without speculation: {exc}")
+        m = measured.look.measurement
+        if not m.timed:
+            why = m.failures[0].error if m.failures else "no request was timed"
+            return ServerError(f"the server without speculation: {plan.what}: {why}")
+        base = baseline_of(plan, measured)
+        if say:
+            say(f"{plan.what} without speculation: {base.decode_tok_s:.1f} tok/s per user over "
+                f"{base.n} requests ({measured.command})")
+        return base
+
+    def get(self, budget: Budget, name: str, level: int) -> Baseline:
+        """The base of one class at one level; a ServerError saying why when there is none."""
+        found = self._found.get((str(budget.path), name, level))
+        if found is None:
+            raise ServerError(f"{budget.path.name}::{name} at concurrency {level}: its base "
+                              "without speculation was not measured")
+        if isinstance(found, SpecboundError):
+            raise found
+        return found
