@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -577,7 +577,12 @@ def main() -> None:
     parser.add_argument("--ready-after-s", type=float, default=0.0)
     parser.add_argument("--stream-interval", type=int, default=1)
     parser.add_argument("--child", action="store_true", help="also start a child process")
-    args = parser.parse_args()
+    parser.add_argument("--plain-unless-speculative", action="store_true",
+                        help="decode one token per step (speculation off) unless "
+                             "--speculative-config is given")
+    parser.add_argument("--speculative-config", help="vLLM's: JSON; num_speculative_tokens K "
+                        "drafts accepted whole (K + 1 tokens per step)")
+    args, _ = parser.parse_known_args()
     if args.launches:
         with open(args.launches, "a") as f:
             f.write(f"{os.getpid()}\n")
@@ -588,6 +593,12 @@ def main() -> None:
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     script = Script(fault=args.fault, model=args.model, step_s=args.step_s,
                     ready_after_s=args.ready_after_s, stream_interval=args.stream_interval)
+    if args.speculative_config:
+        k = int(json.loads(args.speculative_config).get("num_speculative_tokens", 3))
+        script = replace(script, steps=[k + 1] * (40 // (k + 1)))
+    elif args.plain_unless_speculative:  # one token a step, a step a little cheaper than a verify
+        script = replace(script, steps=[1] * 40, step_s=args.step_s * 0.8,
+                         per_request_metrics=False)
     server = FakeServer(args.family, script)
     server.httpd.server_close()
     server.httpd = ThreadingHTTPServer((args.host, args.port), server.httpd.RequestHandlerClass)

@@ -1,0 +1,117 @@
+"""Speculation against none through the plugin, on protocol-faithful vLLM servers launched as
+``vllm serve`` (a shim named vllm): the twin derived from the launch command, measured first,
+each server launched once, the speedup in the table and JSON, and ``min_speedup`` failing as
+its own diagnosis."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.plugin.conftest import PY, ROOT, budget_text
+
+SPEC = '{"method": "eagle3", "num_speculative_tokens": 3}'
+
+
+def vllm_shim(folder: Path, launches: Path) -> Path:
+    """An executable named ``vllm``: ``vllm serve MODEL ARGS`` runs the fake vLLM server, with
+    speculation only when ``--speculative-config`` is among ARGS."""
+    shim = folder / "bin" / "vllm"
+    shim.parent.mkdir(exist_ok=True)
+    shim.write_text(f"#!/bin/sh\nshift 2\ncd {ROOT}\nexec {PY} -m tests.servers.fake --family vllm "
+                    f"--plain-unless-speculative --step-s 0.007 --launches {launches} \"$@\"\n")
+    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    return shim
+
+
+def write_budget(pytester: pytest.Pytester, extra: str = "", twin: str = "[no_speculation]\n",
+                 classes: str = "") -> Path:
+    shim = vllm_shim(pytester.path, pytester.path / "launches.txt")
+    launch = f"{shim} serve test-model --speculative-config '{SPEC}' --port {{port}}"
+    text = budget_text(launch=launch.replace("'", '"'), extra=extra) + classes + "\n" + twin
+    text = text.replace(f"launch = '{launch.replace(chr(39), chr(34))}'",
+                        f"launch = '''{launch}'''")
+    budgets = pytester.path / "budgets"
+    budgets.mkdir(exist_ok=True)
+    path = budgets / "b.toml"
+    path.write_text(text)
+    return path
+
+
+def run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
+    out = pytester.runpytest_subprocess("--specbound-hw=h100", "budgets",
+                                        "--specbound-json=r.json", "-p", "no:randomly", *args)
+    return out, json.loads((pytester.path / "r.json").read_text())
+
+
+def test_derived_twin_measured_once_and_speedup_reported(pytester_env):
+    write_budget(pytester_env, classes="\n[classes.code]\nprompts = \"coding\"\nmax_tokens = 41\n"
+                 "concurrency = [1, 2]\n")
+    out, data = run(pytester_env)
+    assert out.ret == 0, out.stdout.str()
+    text = out.stdout.str()
+    # the twin's command is shown: the launch without --speculative-config
+    line = next(x for x in text.splitlines() if "without speculation:" in x and "serve" in x)
+    assert "--speculative-config" not in line and "test-model" in line
+    assert "speedup [interval]" in text
+    results = data["results"]
+    assert len(results) == 3
+    for r in results:
+        lo, hi = r["speedup_bounds"]
+        # fake: 4 tokens per 7 ms step with speculation, 1 per 5.6 ms without: 3.2x
+        assert 2.6 < r["speedup"] < 3.8 and lo < r["speedup"] < hi
+        assert r["base"]["command"] and "--speculative-config" not in r["base"]["command"]
+        assert r["base_decode_tok_s"] == pytest.approx(r["base"]["decode_tok_s"])
+        assert r["draft_step_ms"]["forwards"] == 3 and r["draft_step_ms"]["measured"] is True
+    # each server launched once: one speculative, one without, for three classes and levels
+    pids = (pytester_env.path / "launches.txt").read_text().split()
+    assert len(pids) == 2, pids
+
+
+def test_min_speedup_far_above_the_truth_fails_as_speculation(pytester_env):
+    write_budget(pytester_env, extra="min_speedup = 8.0", twin="")
+    out, data = run(pytester_env)
+    assert out.ret == 1
+    r = data["results"][0]
+    assert r["verdict"] == "fail" and r["diagnosis"] == "speculation"
+    assert "speedup_below_min" in r["reasons"]
+    assert any(t.startswith("speculation does not pay at c1: ") and "< min_speedup 8x" in t
+               for t in r["text"]), r["text"]
+    assert r["tests"]["speedup"]["side"] == "bad"
+
+
+def test_speedup_switch_turns_the_twin_on_for_every_budget(pytester_env):
+    write_budget(pytester_env, twin="")
+    out, data = run(pytester_env)
+    assert data["results"][0]["speedup"] is None  # not asked for
+    out, data = run(pytester_env, "--specbound-speedup")
+    assert out.ret == 0, out.stdout.str()
+    assert data["results"][0]["speedup"] > 2
+
+
+def test_an_attached_server_without_a_twin_url_is_one_setup_line(pytester_env, fake_vllm):
+    budgets = pytester_env.path / "budgets"
+    budgets.mkdir()
+    (budgets / "b.toml").write_text(budget_text(url=fake_vllm.url, extra="min_speedup = 1.5"))
+    out = pytester_env.runpytest_subprocess("--specbound-hw=h100", "budgets", "-p", "no:randomly")
+    assert out.ret == 1
+    assert ("b.toml:10: server: the server is attached by url, so its twin without speculation "
+            "cannot be derived: give [no_speculation] url (or launch)\n") in out.stdout.str()
+    assert "Traceback" not in out.stdout.str()
+
+
+def test_a_wrapper_script_asks_for_the_twin_launch(pytester_env):
+    budgets = pytester_env.path / "budgets"
+    budgets.mkdir()
+    (budgets / "b.toml").write_text(budget_text(launch="./serve.sh --port {port}") +
+                                    "\n[no_speculation]\n")
+    out = pytester_env.runpytest_subprocess("--specbound-hw=h100", "budgets", "-p", "no:randomly")
+    assert out.ret == 1
+    text = out.stdout.str()
+    assert ("server.launch: cannot derive a server without speculation: the launch command does "
+            "not run vllm or vllm.entrypoints itself (a wrapper's flags are not known); give the "
+            "server without speculation as [no_speculation] launch (or url)\n") in text
+    assert "Traceback" not in text
