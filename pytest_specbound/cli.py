@@ -295,9 +295,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from pytest_specbound._toml import read_text
     from pytest_specbound.atomic import write_text
     from pytest_specbound.gate.budget import load_budget
-    from pytest_specbound.gate.calibrate import apply, describe, propose
+    from pytest_specbound.gate.calibrate import (
+        apply,
+        describe,
+        draft_cost_proposal,
+        measure_budget,
+        propose,
+    )
     from pytest_specbound.gate.pool import ServerPool
-    from pytest_specbound.gate.runner import run_class
     from pytest_specbound.gate.settings import resolve
 
     budget = load_budget(args.budget)
@@ -305,29 +310,42 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     # one look at the full sample count: the interval at the plain confidence level
     settings = resolve({"specbound_url": args.url, "specbound_samples": str(args.samples),
                         "specbound_min_samples": str(args.samples),
-                        "specbound_concurrency": args.concurrency},
+                        "specbound_concurrency": args.concurrency,
+                        "specbound_speedup": "1" if args.speedup else None},
                        {}, lambda name: None)
     budget = budget.for_hardware(hw.label)
     pool = ServerPool(Path(args.log_dir))
     text = read_text(args.budget)
     new = text
+    runs = [(name, replace(cls, concurrency=settings.concurrency or cls.concurrency))
+            for name, cls in budget.classes.items()]
     try:
-        for name, cls in budget.classes.items():
-            levels = settings.concurrency or cls.concurrency
-            cls = replace(cls, concurrency=levels)
-            for k, level in enumerate(levels):
-                result = run_class(budget, cls, hw, settings, pool, concurrency=level)
-                values = propose(result)
-                # the first level's figures are the class's own; each other level gets a table
-                table = f"classes.{name}" if k == 0 else f"classes.{name}.c{level}"
-                at = f" at concurrency {level}" if cls.level_ids else ""
-                print(f"{name}{at}: measured accept {_fmt(result.accept_length)}, efficiency "
-                      f"{_fmt(result.verdict.efficiency)} over {result.samples} requests; "
-                      f"proposed in [{table}]: {describe(values) or 'nothing (no interval)'}",
-                      file=sys.stderr)
-                new = apply(new, table, values, after=f"classes.{name}")
+        results = measure_budget(budget, hw, settings, pool, runs,
+                                 lambda line: print(f"specbound: {line}", file=sys.stderr))
     finally:
         pool.close()
+    import datetime
+
+    cost = draft_cost_proposal(results, hw.label, budget.server.backend,
+                               datetime.date.today().isoformat())
+    if cost is not None:
+        print(f"engine cost per draft forward: {cost[0]:g} ms ({cost[1]}); proposed in "
+              "[roofline]: draft_step_ms", file=sys.stderr)
+        new = apply(new, "roofline", {"draft_step_ms": cost[0]}, after="server",
+                    comments={"draft_step_ms": cost[1]})
+    for result, (name, cls) in zip(results, [(n, c) for n, c in runs for _ in c.concurrency],
+                                   strict=True):
+        level = result.concurrency
+        values = propose(result, cost[0] if cost else None)
+        # the first level's figures are the class's own; each other level gets a table
+        table = f"classes.{name}" if level == cls.concurrency[0] else f"classes.{name}.c{level}"
+        at = f" at concurrency {level}" if cls.level_ids else ""
+        speedup = f", speedup {result.speedup:.2f}x" if result.speedup is not None else ""
+        print(f"{name}{at}: measured accept {_fmt(result.accept_length)}, efficiency "
+              f"{_fmt(result.verdict.efficiency)}{speedup} over {result.samples} requests; "
+              f"proposed in [{table}]: {describe(values) or 'nothing (no interval)'}",
+              file=sys.stderr)
+        new = apply(new, table, values, after=f"classes.{name}")
     diff = difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
                                 args.budget, args.budget + " (proposed)")
     sys.stdout.writelines(diff)
@@ -361,6 +379,9 @@ def _add_calibrate(sub: Any) -> None:
     p.add_argument("--concurrency", help="levels to calibrate, e.g. 1,4 (default: the budget's)")
     p.add_argument("--log-dir", default=".specbound/logs")
     p.add_argument("--write", action="store_true", help="rewrite the budget (default: diff only)")
+    p.add_argument("--speedup", action="store_true",
+                   help="also measure the server without speculation: the speedup, and the "
+                        "engine's cost per draft forward proposed as [roofline] draft_step_ms")
     p.set_defaults(func=cmd_calibrate)
 
 

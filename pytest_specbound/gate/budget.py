@@ -11,6 +11,7 @@ from typing import Any
 
 from pytest_specbound._toml import TomlTable, decode_text, loads_toml
 from pytest_specbound.errors import ConfigError
+from pytest_specbound.gate.twin_table import NoSpeculation, parse_twin
 from pytest_specbound.gate.where import Where
 from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
 from pytest_specbound.physics.speculative import (
@@ -28,7 +29,6 @@ MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
 SPEC_KEYS = {"method", "steps", "draft_tokens", "draft_model", "draft_dtype"}
 SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", "api_key_env",
                "host", "port", "env", "cwd", "model_id", "check_model", "check_settings", "ca_bundle"}
-TWIN_KEYS = {"launch", "url", "ready_timeout_s"}
 ROOFLINE_KEYS = {"context", "overhead_ms", "draft_step_ms", "batch", "threads"}
 CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
               "samples", "warmup", "concurrency", "require_no_throttle", "resolution",
@@ -73,17 +73,6 @@ class ModelRef:
     spec: str  # catalog name, config.json path or .gguf path (placeholders filled in later)
     dtype: str | None = None
     served_name: str | None = None
-
-
-@dataclass(frozen=True)
-class NoSpeculation:
-    """``[no_speculation]``: the server without speculation. Neither ``launch`` nor ``url``:
-    the budget's own launch command with its speculation flags removed."""
-
-    launch: str | None = None
-    url: str | None = None
-    ready_timeout_s: float | None = None
-    origin: str = ""  # where the table is, for errors
 
 
 @dataclass(frozen=True)
@@ -184,7 +173,7 @@ def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
     classes = {name: _parse_class(w, name, values) for name, values in classes_t.items()}
     hardware = {label.lower(): _parse_override(w, label, over, server, classes)
                 for label, over in w.table(data, "hardware", required=False).items()}
-    twin = _parse_twin(w, data)
+    twin = parse_twin(w, data)
     leveled = next((c for c in classes.values() if c.concurrency != (1,)), None)
     if "batch" in roof_t and leveled is not None:
         raise w.error("roofline", "batch", f"class '{leveled.name}' sets concurrency, which sets "
@@ -206,24 +195,6 @@ def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
                  **{k: w.name("roofline", k) for k in ROOFLINE_KEYS},
                  **{f"classes.{n}.prompts": w.name(f"classes.{n}", "prompts") for n in classes}},
     )
-
-
-def _parse_twin(w: Where, data: TomlTable) -> NoSpeculation | None:
-    """``[no_speculation]``: an optional launch or url of the server without speculation."""
-    if "no_speculation" not in data:
-        return None
-    t = w.table(data, "no_speculation", required=False)
-    w.check_keys("no_speculation", t, TWIN_KEYS)
-    if "launch" in t and "url" in t:
-        raise w.error("no_speculation", "url", "give launch or url, not both")
-    launch, url = w.string("no_speculation", t, "launch"), w.string("no_speculation", t, "url")
-    if url:
-        from pytest_specbound.serving.urls import split_url
-
-        split_url(url, w.name("no_speculation", "url"))
-    timeout = w.number("no_speculation", t, "ready_timeout_s", low=1)
-    return NoSpeculation(launch, url, None if timeout is None else float(timeout),
-                         w.name("no_speculation", "url" if url else "launch" if launch else ""))
 
 
 def _parse_model(w: Where, model_t: TomlTable) -> tuple[ModelRef, str]:

@@ -4,22 +4,52 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
+from pytest_specbound.gate.budget import Budget, ClassBudget
+from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult
+from pytest_specbound.gate.settings import Settings
+from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.values import DEFAULT_RESOLUTION
 
 
-def propose(result: ClassResult) -> dict[str, float | list[float]]:
+def measure_budget(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool,
+                   runs: Sequence[tuple[str, ClassBudget]],
+                   say: Callable[[str], None]) -> list[ClassResult]:
+    """Every class at every level, in order; the bases without speculation first where the
+    budget (or ``settings.speedup``) asks for them, one server at a time."""
+    from pytest_specbound.gate.plan import wants_twin
+    from pytest_specbound.gate.runner import run_class
+    from pytest_specbound.gate.twins import Twins
+
+    twins = Twins(hw, settings, pool, say)
+    twins.measure_all([(budget, name, level) for name, cls in runs
+                       for level in cls.concurrency if wants_twin(budget, cls, settings)])
+    results = []
+    for name, cls in runs:
+        for level in cls.concurrency:
+            base = twins.get(budget, name, level) if wants_twin(budget, cls, settings) else None
+            results.append(run_class(budget, cls, hw, settings, pool, concurrency=level,
+                                     base=base))
+    return results
+
+
+def propose(result: ClassResult,
+            draft_step_ms: float | None = None) -> dict[str, float | list[float]]:
     """Band and floor for one class result (from ``runner.run_class``): TOML key -> value.
 
     Each threshold sits one resolution beyond the measured interval (the accept band's edges
     outside it, the efficiency floor under it): the same server then lies at least a resolution
     inside every threshold, where the sequential verdict passes it with probability at least
-    1 - alpha and decides in few requests.
+    1 - alpha and decides in few requests. With ``draft_step_ms`` (proposed beside it) the
+    floor is against the roofline that includes it.
     """
     r = result.resolution or DEFAULT_RESOLUTION
-    b = result.bounds or {}
+    b = dict(result.bounds or {})
+    scale = roofline_scale(result, draft_step_ms)
+    if "efficiency" in b:
+        b["efficiency"] = (b["efficiency"][0] * scale, b["efficiency"][1] * scale)
     out: dict[str, float | list[float]] = {}
     acc = b.get("accept_length")
     if acc and all(math.isfinite(x) for x in acc):
@@ -31,6 +61,33 @@ def propose(result: ClassResult) -> dict[str, float | list[float]]:
     if eff and math.isfinite(eff[0]):
         out["min_efficiency"] = max(0.0, math.floor(eff[0] * (1 - r) * 100) / 100)
     return out
+
+
+def roofline_scale(result: ClassResult, draft_step_ms: float | None) -> float:
+    """How the efficiency moves when the roofline's cost per draft forward becomes
+    ``draft_step_ms``: the round grows by the forwards times the change."""
+    roof = result.roofline
+    if draft_step_ms is None or roof is None or roof.round_ms <= 0:
+        return 1.0
+    return (roof.round_ms + roof.draft_forwards * (draft_step_ms - roof.draft_step_ms)) \
+        / roof.round_ms
+
+
+def draft_cost_proposal(results: list[ClassResult], hardware: str, backend: str,
+                        day: str) -> tuple[float, str] | None:
+    """``[roofline] draft_step_ms`` from the lowest level's measured cost per draft forward (of
+    the first class that has one), and its origin for the comment beside it."""
+    found = sorted((r for r in results if r.draft_step_ms and isinstance(
+        r.draft_step_ms.get("ms"), (int, float))), key=lambda r: r.concurrency)
+    if not found:
+        return None
+    r = found[0]
+    cost = r.draft_step_ms or {}
+    ms = max(0.0, round(float(cost["ms"]), 3))  # type: ignore[arg-type]
+    server = " ".join(x for x in (backend, r.server.version) if x and x != "auto") or "the server"
+    return ms, (f"measured on {hardware} with {server}, {day}, at concurrency {r.concurrency}: "
+                f"{float(cost['low']):.3f}-{float(cost['high']):.3f} ms "  # type: ignore[arg-type]
+                f"({r.class_name})")
 
 
 def _format(value: float | list[float]) -> str:
@@ -50,12 +107,14 @@ def _find(lines: list[str], table: str) -> int | None:
 
 
 def apply(text: str, table: str, values: Mapping[str, float | list[float]],
-          after: str | None = None) -> str:
+          after: str | None = None, comments: Mapping[str, str] | None = None) -> str:
     """Set ``key = value`` inside ``[table]``, keeping every other line and comment as it was.
 
     A table that does not exist is added after the block of ``[after]`` and its sub-tables
     (``[classes.NAME.c4]`` after ``[classes.NAME]``); without ``after`` the text is unchanged.
+    ``comments``: a key's comment, written beside it (replacing the one there).
     """
+    notes = {k: f"  # {c}" for k, c in (comments or {}).items()}
     lines = text.splitlines(keepends=True)
     start = _find(lines, table)
     if start is None and values and after is not None and (anchor := _find(lines, after)) is not None:
@@ -81,13 +140,13 @@ def apply(text: str, table: str, values: Mapping[str, float | list[float]],
         for i in range(start + 1, end):
             m = pattern.match(lines[i].rstrip("\n"))
             if m:
-                comment = m.group(2) or ""
+                comment = notes.get(key, m.group(2) or "")
                 lines[i] = f"{m.group(1)}{key} = {_format(value)}{comment}\n"
                 break
         else:
             insert = end
             while insert > start + 1 and not lines[insert - 1].strip():
                 insert -= 1
-            lines.insert(insert, f"{key} = {_format(value)}\n")
+            lines.insert(insert, f"{key} = {_format(value)}{notes.get(key, '')}\n")
             end += 1
     return "".join(lines)

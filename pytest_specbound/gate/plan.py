@@ -11,9 +11,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import Budget, ClassBudget, ModelRef, NoSpeculation
+from pytest_specbound.gate.budget import Budget, ClassBudget, ModelRef
 from pytest_specbound.gate.rule import SequentialRule, resolution_of
 from pytest_specbound.gate.settings import Settings
+from pytest_specbound.gate.twin_table import NoSpeculation
 from pytest_specbound.measure.prompts import load_prompts
 from pytest_specbound.measure.speedup import Baseline
 from pytest_specbound.physics.hardware import Hardware, matched_to_server, server_threads

@@ -169,3 +169,27 @@ def test_speedup_fields_survive_the_json_round_trip():
     back = ClassResult.from_json(r.to_json())
     assert (back.speedup, back.speedup_bounds, back.base_decode_tok_s, back.min_speedup) == \
         (1.25, (1.15, 1.35), 50.0, 1.1)
+
+
+def test_calibrate_proposes_the_lowest_levels_draft_cost_with_its_origin():
+    from pytest_specbound.gate.calibrate import apply, draft_cost_proposal, propose, roofline_scale
+    from pytest_specbound.gate.result import RooflineFigures
+
+    roof = RooflineFigures(round_ms=10.0, components_ms={}, ceiling_tok_s=400.0, max_accept=4,
+                           bound="memory", speculative="draft:3", context=500, batch=1,
+                           draft_forwards=3)
+    rs = [ClassResult("b.toml", "chat", "h100", Verdict("pass"), concurrency=c, roofline=roof,
+                      draft_step_ms={"ms": ms, "low": ms - 0.1, "high": ms + 0.1},
+                      bounds={"efficiency": (0.8, 0.9)}, resolution=0.05)
+          for c, ms in ((4, 0.9), (1, 0.5))]
+    ms, origin = draft_cost_proposal(rs, "h100-sxm", "sglang", "2026-12-05")
+    assert ms == 0.5 and origin.startswith("measured on h100-sxm with sglang, 2026-12-05, at "
+                                           "concurrency 1: 0.400-0.600 ms")
+    assert roofline_scale(rs[1], 0.5) == pytest.approx((10.0 + 1.5) / 10.0)
+    # the floor is proposed against the roofline that includes the cost
+    assert propose(rs[1], 0.5)["min_efficiency"] == pytest.approx(
+        math.floor(0.8 * 1.15 * 0.95 * 100) / 100)
+    text = apply("[server]\nurl = 'x'\n\n[classes.chat]\n", "roofline", {"draft_step_ms": ms},
+                 after="server", comments={"draft_step_ms": origin})
+    assert f"[roofline]\ndraft_step_ms = 0.50  # {origin}\n" in text
+    assert draft_cost_proposal([result(1, 1.2)], "h100", "auto", "d") is None
