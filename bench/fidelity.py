@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from pytest_specbound.physics.anchors import Anchor, anchors, by_source
+from pytest_specbound.physics.anchors import Anchor, anchors, by_source, step_predictions
 
 GAP_TARGET = 0.15
 
@@ -39,6 +39,26 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     covariance = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
     return covariance / sum((x - mx) ** 2 for x in xs)
+
+
+def predictions_table(rows: list[Anchor]) -> None:
+    """The cost per draft forward fitted on each source's fewest steps, predicting its others."""
+    print()
+    print("cost per draft forward fitted on one step count (the fewest), predicting the others")
+    print("(round = roofline + the no-speculation row's own excess + forwards x cost):")
+    print(f"{'source, model, dtype':<36} {'method':<7} {'fitted on':<12} {'ms/fwd':>7} "
+          f"{'row':<12} {'predicted':>9} {'measured':>8} {'error':>6}")
+    errors = []
+    for s in by_source(rows):
+        for p in step_predictions(s):
+            err = p.predicted_efficiency - p.measured_efficiency
+            errors.append(abs(err))
+            print(f"{p.source:<36} {p.method:<7} {p.fitted_on:<12} {p.cost_ms:>7.3f} "
+                  f"{p.row.roofline.spec.label:<12} {p.predicted_efficiency:>9.2f} "
+                  f"{p.measured_efficiency:>8.2f} {err:>+6.2f}")
+    if errors:
+        print(f"{len(errors)} rows predicted; efficiency error median "
+              f"{statistics.median(errors):.2f}, worst {max(errors):.2f}")
 
 
 def main() -> None:
@@ -78,6 +98,7 @@ def main() -> None:
             print(f"{s.label:<36} {method:<7} draft_step_ms {extra:5.3f}: efficiency "
                   f"{min(effs):.2f}-{max(effs):.2f} against {s.baseline.efficiency:.2f} without "
                   "speculation")
+    predictions_table(rows)
     top = max(a.efficiency for a in rows)
     print()
     print(f"headline: {len(rows)} rows, {sum(a.speculative for a in rows)} speculative from "

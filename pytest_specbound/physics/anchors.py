@@ -112,3 +112,52 @@ def by_source(rows: list[Anchor]) -> list[SourceFidelity]:
             if spec:
                 out.append(SourceFidelity(group, base, spec))
     return out
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """One speculative row of a source predicted from the engine's cost per draft forward
+    fitted on another row (``fitted_on``) of the same source and method: the round is the
+    roofline's (physics only) plus the no-speculation row's own excess plus the forwards times
+    the cost, as ``[roofline] draft_step_ms`` would make it."""
+
+    source: str
+    method: str
+    fitted_on: str  # the row's speculation label, e.g. eagle3:2:4
+    cost_ms: float
+    row: Anchor
+    predicted_efficiency: float
+
+    @property
+    def measured_efficiency(self) -> float:
+        return self.row.efficiency
+
+
+def _round_ms(a: Anchor) -> float:
+    return a.accept / float(a.row["tok_s"]) * 1e3
+
+
+def step_predictions(s: SourceFidelity) -> list[StepPrediction]:
+    """Per method run at two or more step counts: the cost fitted on the fewest steps, every
+    other step count predicted (efficiency against the physics-only roofline)."""
+    from pytest_specbound.physics.roofline import draft_forwards
+
+    base = s.baseline
+    excess = _round_ms(base) - base.roofline.round_ms  # the engine above physics, no drafting
+    out = []
+    for method in dict.fromkeys(a.roofline.spec.method for a in s.speculative):
+        rows = [a for a in s.speculative if a.roofline.spec.method == method
+                and draft_forwards(a.roofline.spec) > 0]
+        if len({a.roofline.spec.steps for a in rows}) < 2:
+            continue
+        fit = min(rows, key=lambda a: (a.roofline.spec.steps, a.roofline.spec.draft_tokens))
+        cost = (_round_ms(fit) - fit.roofline.round_ms - excess) \
+            / draft_forwards(fit.roofline.spec)
+        for a in rows:
+            if a is fit:
+                continue
+            floor = a.roofline.round_ms
+            predicted = floor / (floor + excess + draft_forwards(a.roofline.spec) * cost)
+            out.append(StepPrediction(s.label, method, fit.roofline.spec.label, cost, a,
+                                      predicted))
+    return out
