@@ -1,10 +1,13 @@
 """tok/s against accept length: the roofline and floor lines, each class's measured point with its
 intervals (accept and tok/s, from the last look) and its accept band; labels never overlap.
 Where classes ran at several concurrency levels, a second panel: per-user tok/s against
-concurrency, with the roofline and the floor at each level. One row of panels per hardware."""
+concurrency, with the roofline and the floor at each level. Where classes were also measured
+without speculation, a third: the speedup against concurrency, with its intervals, the line at 1,
+``min_speedup`` and the level where the speedup crosses 1. One row of panels per hardware."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +31,8 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
                           "'pytest-specbound[plot]'") from None
     hardware = sorted({r.hardware for r in results}) or [""]
     leveled = any(r.concurrency > 1 for r in results)
-    cols = 2 if leveled else 1
+    speedups = any(r.speedup is not None for r in results)
+    cols = 1 + leveled + speedups
     fig, axes = plt.subplots(len(hardware), cols, figsize=(6.5 * cols + 0.5, 4.5 * len(hardware)),
                              squeeze=False)
     for row, hw in enumerate(hardware):
@@ -37,6 +41,8 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
         _accept_panel(axes[row][0], fig, on_hw, title)
         if leveled:
             _concurrency_panel(axes[row][1], on_hw, title)
+        if speedups:
+            _speedup_panel(axes[row][cols - 1], on_hw, title)
     fig.tight_layout()
     with replacing(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
@@ -119,6 +125,50 @@ def _concurrency_panel(ax: Any, results: Sequence[ClassResult], title: str = "")
     ax.set_xlabel("concurrency (closed-loop streams = roofline batch)")
     ax.set_ylabel("decode tok/s per user")
     ax.set_title("per-user tok/s vs concurrency" + title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def crossing_level(points: Sequence[tuple[int, float]]) -> float | None:
+    """The concurrency where the speedup crosses 1, interpolated on log2(concurrency) between
+    the two measured levels around it (None: it does not cross)."""
+    for (c0, s0), (c1, s1) in itertools.pairwise(points):
+        if (s0 - 1) * (s1 - 1) < 0:
+            t = (1 - s0) / (s1 - s0)
+            return float(2 ** (math.log2(c0) + t * (math.log2(c1) - math.log2(c0))))
+    return None
+
+
+def _speedup_panel(ax: Any, results: Sequence[ClassResult], title: str = "") -> None:
+    """Speedup (with speculation over without, per user) against concurrency per class."""
+    series: dict[tuple[str, str], list[ClassResult]] = {}
+    for r in results:
+        if r.speedup is not None:
+            series.setdefault((r.budget, r.class_name), []).append(r)
+    for (budget, name), rs in series.items():
+        rs = sorted(rs, key=lambda r: r.concurrency)
+        pts = [(r.concurrency, r.speedup or 0.0) for r in rs]
+        errs = [_err(s, r.speedup_bounds) or [[0.0], [0.0]] for r, (_, s) in zip(rs, pts,
+                                                                                   strict=True)]
+        line = ax.errorbar([c for c, _ in pts], [s for _, s in pts],
+                           yerr=[[e[0][0] for e in errs], [e[1][0] for e in errs]], fmt="o-",
+                           capsize=3, label=f"{name} ({Path(budget).stem})")
+        floor = next((r.min_speedup for r in rs if r.min_speedup is not None), None)
+        if floor is not None:
+            ax.axhline(floor, linestyle="--", color=line[0].get_color(), alpha=0.5,
+                       label=f"min_speedup {floor:g} ({name})")
+        cross = crossing_level(pts)
+        if cross is not None:
+            ax.axvline(cross, linestyle=":", color=line[0].get_color(), alpha=0.7,
+                       label=f"{name} crosses 1 near c{cross:.1f}")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    levels = sorted({r.concurrency for rs in series.values() for r in rs})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(n) for n in levels])
+    ax.minorticks_off()
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("speedup (with speculation / without)")
+    ax.set_title("does speculation pay?" + title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
 

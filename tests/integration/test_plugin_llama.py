@@ -106,6 +106,11 @@ def test_cpu_demo_budget_main_command(pytester):
         assert (prefill > 0) == (r["concurrency"] == 4), r["roofline"]
         assert all(q["others_prefill_tokens"] == 0 for q in r["requests"]
                    if r["concurrency"] == 1), r["requests"]
+    for r in doc["results"]:  # the twin without the drafter, measured first: the speedup
+        low, high = r["speedup_bounds"]
+        assert low <= r["speedup"] <= high and r["base"]["n"] >= 4, r["base"]
+        assert "-md" not in r["base"]["command"] and "--spec-" not in r["base"]["command"]
+    assert "cpu-demo.toml::coding without speculation: c1 " in out
     (line,) = [x for x in out.splitlines() if "at batch 4" in x]
     assert "other requests' prefill per round, measured: " in line, line
     assert "coding " in line.split("measured: ")[1] and "repetitive " in line, line

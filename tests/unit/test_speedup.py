@@ -193,3 +193,11 @@ def test_calibrate_proposes_the_lowest_levels_draft_cost_with_its_origin():
                  after="server", comments={"draft_step_ms": origin})
     assert f"[roofline]\ndraft_step_ms = 0.50  # {origin}\n" in text
     assert draft_cost_proposal([result(1, 1.2)], "h100", "auto", "d") is None
+
+
+def test_the_plot_marks_where_the_speedup_crosses_one():
+    from pytest_specbound.report.plot import crossing_level
+
+    assert crossing_level([(1, 1.6), (4, 1.2), (16, 0.8)]) == pytest.approx(8.0)
+    assert crossing_level([(1, 1.6), (4, 1.2)]) is None
+    assert crossing_level([(2, 0.9), (8, 1.1)]) == pytest.approx(4.0)
