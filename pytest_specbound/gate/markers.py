@@ -18,7 +18,7 @@ from pytest_specbound.physics.speculative import parse_speculation
 
 CLASS_KEYWORDS = tuple(sorted(CLASS_KEYS))
 MARKER_KEYS = ("prompt_class", *CLASS_KEYWORDS, "server", "budget", "model", "dtype",
-               "speculative", "draft_model", "draft_dtype", "served_name")
+               "speculative", "draft_model", "draft_dtype", "served_name", "no_speculation")
 DEFAULT_CLASS = "chat"
 
 
@@ -38,8 +38,8 @@ class MarkerWhere(Where):
         if table == "speculative":
             return {"draft_model": "draft_model", "draft_dtype": "draft_dtype"}.get(
                 key, "speculative")
-        if table == "server":
-            return f"server[{key!r}]" if key else "server"
+        if table in ("server", "no_speculation"):
+            return f"{table}[{key!r}]" if key else table
         return key or table
 
     def name(self, table: str | None, key: str) -> str:
@@ -99,6 +99,12 @@ def marker_tables(kw: TomlTable, where: MarkerWhere) -> tuple[TomlTable, str]:
         data["speculative"] = spec_t
     if server:
         data["server"] = dict(server)
+    twin = kw.get("no_speculation")
+    if twin is not None:
+        if not isinstance(twin, dict):
+            raise where.error("no_speculation", "", "must be a dict of [no_speculation] keys, "
+                              "e.g. no_speculation={} (derived) or {'url': 'http://...'}")
+        data["no_speculation"] = dict(twin)
     return data, name
 
 

@@ -70,6 +70,9 @@ class Twins:
                 f"{base.n} requests ({measured.command})")
         return base
 
+    def has(self, budget: Budget, name: str, level: int) -> bool:
+        return (str(budget.path), name, level) in self._found
+
     def get(self, budget: Budget, name: str, level: int) -> Baseline:
         """The base of one class at one level; a ServerError saying why when there is none."""
         found = self._found.get((str(budget.path), name, level))

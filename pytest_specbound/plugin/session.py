@@ -169,6 +169,8 @@ class SpecboundSession:
             self._twins.measure_all(self._wanted_twins(hw.label))
         if not wants_twin(budget, budget.classes[cls_name], self.settings):
             return None
+        if not self._twins.has(budget, cls_name, concurrency):  # a marker's class: now
+            self._twins.measure_all([(budget, cls_name, concurrency)])
         return self._twins.get(budget, cls_name, concurrency)
 
     def _wanted_twins(self, label: str) -> list[tuple[Budget, str, int]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.plugin.conftest import PY, ROOT, budget_text
+from tests.servers.fake import FakeServer, Script
 
 SPEC = '{"method": "eagle3", "num_speculative_tokens": 3}'
 
@@ -115,3 +116,34 @@ def test_a_wrapper_script_asks_for_the_twin_launch(pytester_env):
             "not run vllm or vllm.entrypoints itself (a wrapper's flags are not known); give the "
             "server without speculation as [no_speculation] launch (or url)\n") in text
     assert "Traceback" not in text
+
+
+def test_a_marker_with_min_speedup_measures_its_twin(pytester_env, fake_vllm):
+    """A marker's class, attached to a speculative server by url, with a twin by url: the
+    speedup measured there, and min_speedup decided against it."""
+    with FakeServer("vllm", Script(steps=[1] * 40, step_s=0.0056,
+                                   per_request_metrics=False)) as plain:
+        pytester_env.makepyfile(f"""
+import pytest
+
+SERVER = {{"url": "{fake_vllm.url}", "backend": "vllm", "model_id": "test-model"}}
+
+@pytest.mark.specbound(prompt_class="chat", model="llama-3.1-8b", speculative="eagle3:3",
+                       max_tokens=41, server=SERVER, min_speedup=1.5,
+                       no_speculation={{"url": "{plain.url}"}})
+def test_pays(specbound_measure, specbound_check):
+    result = specbound_measure()
+    assert result.speedup > 2 and result.base["n"] >= 4
+    specbound_check(result)
+
+@pytest.mark.specbound(prompt_class="chat", model="llama-3.1-8b", speculative="eagle3:3",
+                       max_tokens=41, server=SERVER, min_speedup=9,
+                       no_speculation={{"url": "{plain.url}"}})
+def test_does_not_pay(specbound_measure, specbound_check):
+    specbound_check(specbound_measure())
+""")
+        result = pytester_env.runpytest_subprocess("--specbound-hw=h100", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "speculation does not pay at c1: " in out and "< min_speedup 9x" in out
+    assert "Traceback" not in out

@@ -60,3 +60,16 @@ def test_a_marker_without_a_server_fails_at_once_naming_the_test():
     settings = resolve({}, {}, lambda name: None)
     with pytest.raises(ConfigError, match=rf"^{NODE}: specbound\(server\): no server to measure"):
         server_config(budget, settings)
+
+
+def test_a_marker_names_its_twin_and_min_speedup():
+    budget, name = parse(speculative="eagle3:3", server={"launch": "vllm serve m --port {port}"},
+                         min_speedup=1.2, no_speculation={"url": "http://127.0.0.1:9"})
+    assert budget.classes[name].min_speedup == 1.2
+    assert budget.no_speculation is not None and budget.no_speculation.url == "http://127.0.0.1:9"
+    budget, _ = parse(speculative="eagle3:3", no_speculation={})
+    assert budget.no_speculation is not None and budget.no_speculation.launch is None
+    with pytest.raises(ConfigError, match=r"specbound\(no_speculation\['bogus'\]\)"):
+        parse(speculative="eagle3:3", no_speculation={"bogus": 1})
+    with pytest.raises(ConfigError, match=r"specbound\(no_speculation='http://x'\): must be a dict"):
+        parse(speculative="eagle3:3", no_speculation="http://x")
