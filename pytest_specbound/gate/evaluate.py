@@ -13,7 +13,14 @@ from pytest_specbound.gate.verdict import Reason, Verdict
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.sequential import Decision, Side, Threshold
-from pytest_specbound.measure.speedup import Baseline, spec_rates, speedup
+from pytest_specbound.measure.speedup import (
+    Baseline,
+    Earlier,
+    accept_values,
+    change,
+    spec_rates,
+    speedup,
+)
 from pytest_specbound.measure.stats import Interval
 from pytest_specbound.physics.roofline import Roofline
 
@@ -34,6 +41,8 @@ class Figures:
     ttft_ms: float | None
     concurrency: int
     speedup: Interval | None = None  # over the class without speculation, where measured
+    decode_change: Interval | None = None  # against the last accepted run (relative)
+    accept_change: Interval | None = None
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,7 @@ class Evaluation:
 
 
 def figures(m: Measurement, roof: Roofline, base: Baseline | None = None,
-            level: float = 0.95) -> Figures | Verdict:
+            level: float = 0.95, earlier: Earlier | None = None) -> Figures | Verdict:
     """The figures the thresholds are judged on, or the error verdict when there are none;
     with ``base`` (the class without speculation) the speedup and its interval at ``level``."""
     if m.failures:
@@ -77,7 +86,10 @@ def figures(m: Measurement, roof: Roofline, base: Baseline | None = None,
     roof_tok_s = level_roof.tok_s(min(accept, float(roof.max_accept)))
     return Figures(accept, tok_s, level_roof, roof_tok_s, tok_s / roof_tok_s, accept / tok_s * 1e3,
                    m.ttft_ms().median, m.concurrency,
-                   speedup(spec_rates(m), base, level) if base is not None else None)
+                   speedup(spec_rates(m), base, level) if base is not None else None,
+                   change(spec_rates(m), earlier.decode, level) if earlier else None,
+                   change(accept_values(m), earlier.accept, level)
+                   if earlier and earlier.accept else None)
 
 
 def _evidence(threshold: Threshold, d: Decision, limit: str) -> str:
@@ -203,8 +215,51 @@ def min_speedup(budget: ClassBudget, f: Figures, decisions: Decisions | None,
                        f"{limit:g}x{band}",), evidence=evidence)
 
 
+def _pct(c: Interval) -> str:
+    return f"{c.estimate:+.1%} [{c.low:+.1%}, {c.high:+.1%}]"
+
+
+def against_earlier(f: Figures, decisions: Decisions | None,
+                    earlier: Earlier | None) -> Evaluation | None:
+    """No worse than the last accepted run: the decode rate and the accept length, each by a
+    two-sample test; a lower accept blames the drafter, a slower round at the same accept the
+    system."""
+    if earlier is None or f.decode_change is None:
+        return None
+    d = decisions or {}
+    decode = d.get(Threshold.BASELINE_DECODE)
+    accept = d.get(Threshold.BASELINE_ACCEPT)
+    evidence = tuple(_evidence(t, x, ">= the baseline") for t, x in
+                     ((Threshold.BASELINE_DECODE, decode), (Threshold.BASELINE_ACCEPT, accept))
+                     if x is not None)
+    sides = [x.side for x in (decode, accept) if x is not None]
+    if Side.BAD in sides:
+        drafter = accept is not None and accept.side == Side.BAD
+        return Evaluation(Side.BAD, "drafter" if drafter else "system", "regressed",
+                          _regression_lines(f, earlier, drafter), evidence=evidence)
+    if Side.UNSURE in sides or not sides:
+        return Evaluation(Side.UNSURE, pending=f"decode {_pct(f.decode_change)} vs "
+                          f"{earlier.label}", evidence=evidence)
+    return Evaluation(Side.OK, evidence=evidence)
+
+
+def _regression_lines(f: Figures, earlier: Earlier, drafter: bool) -> tuple[str, ...]:
+    lines = [f"decode {_pct(f.decode_change)} against {earlier.label}"] \
+        if f.decode_change else []
+    old = f"{earlier.accept_length:.2f}" if earlier.accept_length else "-"
+    if drafter and f.accept_change is not None:
+        lines.append(f"accept {f.accept:.2f} vs {old} in the baseline ({_pct(f.accept_change)}): "
+                     "the drafter (or the prompts) changed")
+    else:
+        was = f"{earlier.round_ms:.2f} ms" if earlier.round_ms else "-"
+        lines.append(f"per round {f.round_ms:.2f} ms vs {was} in the baseline at accept "
+                     f"{f.accept:.2f} vs {old}: the system slowed down")
+    return tuple(lines)
+
+
 def evaluate(budget: ClassBudget, m: Measurement, f: Figures, decisions: Decisions | None,
-             cached_tokens: str | None = None) -> list[Evaluation]:
+             cached_tokens: str | None = None,
+             earlier: Earlier | None = None) -> list[Evaluation]:
     """Every threshold the class sets, in the order the failure text lists them."""
     band = accept_band(budget, f, decisions)
     prefill_unknown = None
@@ -216,15 +271,17 @@ def evaluate(budget: ClassBudget, m: Measurement, f: Figures, decisions: Decisio
              efficiency_floor(budget, f, decisions, band is None or band.side != Side.BAD,
                               prefill_unknown),
              min_rate(budget, f, decisions), max_ttft(budget, f, decisions),
-             min_speedup(budget, f, decisions, band is None or band.side != Side.BAD)]
+             min_speedup(budget, f, decisions, band is None or band.side != Side.BAD),
+             against_earlier(f, decisions, earlier)]
     return [e for e in found if e is not None]
 
 
 def thresholds_decided(budget: ClassBudget, m: Measurement, roof: Roofline,
-                       decisions: Decisions, base: Baseline | None = None) -> bool:
+                       decisions: Decisions, base: Baseline | None = None,
+                       earlier: Earlier | None = None) -> bool:
     """The sequential rule's question: has one threshold failed, or have all passed?"""
-    f = figures(m, roof, base)
+    f = figures(m, roof, base, earlier=earlier)
     if isinstance(f, Verdict):
         return False
-    sides = [e.side for e in evaluate(budget, m, f, decisions)]
+    sides = [e.side for e in evaluate(budget, m, f, decisions, earlier=earlier)]
     return Side.BAD in sides or Side.UNSURE not in sides

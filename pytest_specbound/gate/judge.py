@@ -11,7 +11,7 @@ from pytest_specbound.gate.evaluate import Decisions, Evaluation, Figures, evalu
 from pytest_specbound.gate.verdict import Diagnosis, Reason, Status, Verdict, batching_problem
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import Side
-from pytest_specbound.measure.speedup import Baseline
+from pytest_specbound.measure.speedup import Baseline, Earlier
 from pytest_specbound.physics.render import one_line
 from pytest_specbound.physics.roofline import Roofline
 
@@ -20,7 +20,7 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
           decisions: Decisions | None = None, final: bool = True,
           batching: str | None = None, resolution: float | None = None,
           cached_tokens: str | None = None, base: Baseline | None = None,
-          level: float = 0.95) -> Verdict:
+          level: float = 0.95, earlier: Earlier | None = None) -> Verdict:
     """Compare ``m`` with ``budget``.
 
     ``decisions``: each threshold's sequential test (:mod:`pytest_specbound.gate.rule`); a
@@ -33,10 +33,10 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
     server flag that would let a level's floor count other requests' prefill; ``base``: the
     class measured without speculation (the speedup, at ``level``).
     """
-    f = figures(m, roof, base, level)
+    f = figures(m, roof, base, level, earlier)
     if isinstance(f, Verdict):
         return f
-    found = evaluate(budget, m, f, decisions, cached_tokens)
+    found = evaluate(budget, m, f, decisions, cached_tokens, earlier)
     unbatched = batching_problem(m, batching) if final else None
     if unbatched:
         found.append(Evaluation(Side.BAD, "system", "not_batching", (unbatched,)))

@@ -16,7 +16,7 @@ from pytest_specbound.gate.rule import SequentialRule, resolution_of
 from pytest_specbound.gate.settings import Settings
 from pytest_specbound.gate.twin_table import NoSpeculation
 from pytest_specbound.measure.prompts import load_prompts
-from pytest_specbound.measure.speedup import Baseline
+from pytest_specbound.measure.speedup import Baseline, Earlier
 from pytest_specbound.physics.hardware import Hardware, matched_to_server, server_threads
 from pytest_specbound.physics.models import Model, load_model
 from pytest_specbound.physics.overheads import overhead_for
@@ -54,11 +54,12 @@ class ClassPlan:
     warmup: int
     max_seconds: float | None
     base: Baseline | None = None  # the class at the level without speculation, measured
+    earlier: Earlier | None = None  # the last accepted run of the class at the level
 
     def new_rule(self) -> SequentialRule:
         p = self.rule
         return SequentialRule(self.cls, self.roof, p.confidence, p.min_samples, p.max_samples,
-                              p.resolution, self.base, p.precision)
+                              p.resolution, self.base, p.precision, self.earlier)
 
     @property
     def what(self) -> str:

@@ -164,6 +164,8 @@ class ClassResult:
     speedup_bounds: tuple[float, float] | None = None  # at confidence_level
     base: JSONObject | None = None  # the class measured without speculation (Baseline.to_json)
     draft_step_ms: JSONObject | None = None  # the engine's cost per draft forward, measured
+    command: str | None = None  # the server measured: its launch command (filled), or its URL
+    baseline: JSONObject | None = None  # the comparison with the last accepted run
 
     def __getitem__(self, key: str) -> object:
         """The results-JSON view: ``result["decode_tok_s"]`` reads what the results file says
@@ -239,7 +241,8 @@ class ClassResult:
             "min_speedup": self.min_speedup, "speedup": self.speedup,
             "speedup_bounds": list(self.speedup_bounds) if self.speedup_bounds else None,
             "base_decode_tok_s": self.base_decode_tok_s, "base": self.base,
-            "draft_step_ms": self.draft_step_ms,
+            "draft_step_ms": self.draft_step_ms, "command": self.command,
+            "baseline": self.baseline,
         }
 
     @classmethod
@@ -300,7 +303,8 @@ class ClassResult:
             interrupted=bool(d.get("interrupted")), nodeid=_str(d, "nodeid"),
             min_speedup=_float(d, "min_speedup"), speedup=_float(d, "speedup"),
             speedup_bounds=_pair(d, "speedup_bounds"), base=_object(d, "base") or None,
-            draft_step_ms=_object(d, "draft_step_ms") or None,
+            draft_step_ms=_object(d, "draft_step_ms") or None, command=_str(d, "command"),
+            baseline=_object(d, "baseline") or None,
         )
 
 

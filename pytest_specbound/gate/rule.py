@@ -23,6 +23,8 @@ from pytest_specbound.measure.sequential import (
 )
 from pytest_specbound.measure.speedup import (
     Baseline,
+    Earlier,
+    accept_values,
     precise_enough,
     spec_rates,
     speedup_decision,
@@ -34,7 +36,8 @@ from pytest_specbound.values import DEFAULT_RESOLUTION
 Decisions = Mapping[Threshold, Decision]
 
 
-def limits(cls: ClassBudget, base: Baseline | None = None) -> list[Limit]:
+def limits(cls: ClassBudget, base: Baseline | None = None,
+           earlier: Earlier | None = None) -> list[Limit]:
     """Every one-sided test the class asks for (the accept band is two; ``min_speedup`` only
     with a measured base to compare with)."""
     out: list[Limit] = []
@@ -49,6 +52,10 @@ def limits(cls: ClassBudget, base: Baseline | None = None) -> list[Limit]:
         out.append(Limit(Threshold.TTFT_MS, cls.max_ttft_ms))
     if cls.min_speedup is not None and base is not None:
         out.append(Limit(Threshold.SPEEDUP, cls.min_speedup))
+    if earlier is not None:  # no worse than the last accepted run, by a resolution
+        out.append(Limit(Threshold.BASELINE_DECODE, 1.0))
+        if earlier.accept is not None:
+            out.append(Limit(Threshold.BASELINE_ACCEPT, 1.0))
     return out
 
 
@@ -60,17 +67,27 @@ def per_threshold_alpha(confidence: float, tests: int) -> float:
 
 def decisions(cls: ClassBudget, m: Measurement, roof: Roofline, confidence: float,
               resolution: float, min_n: int = MIN_DECISION,
-              base: Baseline | None = None) -> dict[Threshold, Decision]:
+              base: Baseline | None = None,
+              earlier: Earlier | None = None) -> dict[Threshold, Decision]:
     """Each threshold's sequential test on ``m`` (its warm-up transient already excluded)."""
-    tests = limits(cls, base)
+    tests = limits(cls, base, earlier)
     alpha = per_threshold_alpha(confidence, len(tests))
-    return {t.threshold: _decide(t, m, roof, alpha, resolution, min_n, base) for t in tests}
+    return {t.threshold: _decide(t, m, roof, alpha, resolution, min_n, base, earlier)
+            for t in tests}
 
 
 def _decide(t: Limit, m: Measurement, roof: Roofline, alpha: float, resolution: float,
-            min_n: int, base: Baseline | None = None) -> Decision:
-    if t.threshold is Threshold.SPEEDUP and base is not None:
-        return speedup_decision(spec_rates(m), base, t.value, alpha, resolution, min_n)
+            min_n: int, base: Baseline | None = None, earlier: Earlier | None = None
+            ) -> Decision:
+    """One threshold's test (against a twin or an earlier run: the two-sample test)."""
+    fixed = {Threshold.SPEEDUP: (base, spec_rates),
+             Threshold.BASELINE_DECODE: (earlier.decode if earlier else None, spec_rates),
+             Threshold.BASELINE_ACCEPT: (earlier.accept if earlier else None, accept_values)}
+    if t.threshold in fixed:
+        other, values = fixed[t.threshold]
+        if other is None:
+            return Decision(Side.UNSURE, 0)
+        return speedup_decision(values(m), other, t.value, alpha, resolution, min_n)
     if t.value <= 0:  # a floor of 0 holds and a ceiling of 0 fails, whatever is measured
         return Decision(Side.OK if t.floor else Side.BAD, len(m.ok))
     if t.metric is Metric.ACCEPT_LENGTH:
@@ -123,6 +140,7 @@ class SequentialRule:
     resolution: float = DEFAULT_RESOLUTION
     base: Baseline | None = None  # the class without speculation, for ``min_speedup``
     precision: float | None = None  # also stop only once the decode rate is this precise
+    earlier: Earlier | None = None  # the last accepted run, for the two-sample test
     _memo: tuple[tuple[object, ...], Look] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:  # a class budget under the minimum lowers it
@@ -135,7 +153,8 @@ class SequentialRule:
     @property
     def level(self) -> float:
         """Confidence level of the intervals reported beside the tests (two-sided, 2 alpha)."""
-        return 1 - 2 * per_threshold_alpha(self.confidence, len(limits(self.budget, self.base)))
+        tests = limits(self.budget, self.base, self.earlier)
+        return 1 - 2 * per_threshold_alpha(self.confidence, len(tests))
 
     def looks_at(self, n: int) -> bool:
         return n >= min(self.min_samples, self.max_samples)
@@ -148,7 +167,7 @@ class SequentialRule:
             return self._memo[1]
         settled = with_transient(m)
         found = decisions(self.budget, settled, self.roof, self.confidence, self.resolution,
-                          min(MIN_DECISION, self.min_samples), self.base)
+                          min(MIN_DECISION, self.min_samples), self.base, self.earlier)
         look = Look(settled, found, bounds(settled, level_roofline(settled, self.roof).round_ms,
                                            self.level, self.roof.max_accept), self.level)
         self._memo = (key, look)
@@ -162,7 +181,7 @@ class SequentialRule:
             return None
         look = self.look(m)
         if thresholds_decided(self.budget, look.measurement, self.roof, look.decisions,
-                              self.base) and self._precise(look.measurement):
+                              self.base, self.earlier) and self._precise(look.measurement):
             return Stop.DECIDED, f"decided after {n} requests"
         if n >= self.max_samples:
             return Stop.SAMPLE_BUDGET, f"sample budget of {self.max_samples} requests"

@@ -22,7 +22,7 @@ from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, st
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.sampler import Sampler, measure
-from pytest_specbound.measure.speedup import Baseline
+from pytest_specbound.measure.speedup import Baseline, Earlier
 from pytest_specbound.measure.telemetry import Telemetry, findings
 from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.physics.roofline import Roofline
@@ -185,7 +185,8 @@ def judge_class(plan: ClassPlan, measured: Measured,
                          served.sources.get("slots", ""))
     verdict = judge(plan.cls, look.measurement, plan.roof, look.decisions, batching=hint,
                     resolution=plan.rule.resolution, cached_tokens=backend.cached_tokens_setting,
-                    base=plan.base, level=look.level or plan.rule.confidence)
+                    base=plan.base, level=look.level or plan.rule.confidence,
+                    earlier=plan.earlier)
     verdict = explained(verdict, [*setting_findings(plan.hw, served),
                                   *findings(measured.telemetry)], plan.cls.require_no_throttle)
     beaten = beaten_cpu_ceiling(plan.roof.hardware, verdict.efficiency)
@@ -193,7 +194,8 @@ def judge_class(plan: ClassPlan, measured: Measured,
         verdict = replace(verdict, lines=(*verdict.lines, beaten))
         if say:
             say(beaten)
-    base = replace(base_result(plan), served=served.to_json(), telemetry=measured.telemetry)
+    base = replace(base_result(plan), served=served.to_json(), telemetry=measured.telemetry,
+                   command=measured.command)
     result = replace(running_result(base, look, plan, measured.started),
                      verdict=verdict, partial=False)
     return with_speedup(result, plan, look) if plan.base is not None else result
@@ -234,10 +236,11 @@ def baseline_of(plan: ClassPlan, measured: Measured) -> Baseline:
 def run_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings,
               pool: ServerPool, on_record: Progress | None = None,
               partial: Partial | None = None, say: Callable[[str], None] | None = None,
-              concurrency: int = 1, base: Baseline | None = None) -> ClassResult:
+              concurrency: int = 1, base: Baseline | None = None,
+              earlier: Earlier | None = None) -> ClassResult:
     """Plan, measure and judge one class at one concurrency level (``base``: the class
-    measured without speculation, for the speedup)."""
-    plan = plan_class(budget, cls, hw, settings, concurrency, base)
+    measured without speculation, for the speedup; ``earlier``: the last accepted run)."""
+    plan = replace(plan_class(budget, cls, hw, settings, concurrency, base), earlier=earlier)
     return judge_class(plan, measure_class(plan, pool, on_record, partial, say), say)
 
 

@@ -66,6 +66,11 @@ OPTIONS = (
            "what an inconclusive verdict counts as: fail, pass or skip", "fail"),
     Option("specbound_budgets", "--specbound-budgets", None,
            "where budget files are collected from (ini: specbound_budgets)", "budgets"),
+    Option("specbound_baseline", "--specbound-baseline", "SPECBOUND_BASELINE",
+           "compare each class with the last accepted run: a results JSON, or a folder of them"),
+    Option("specbound_baseline_match", "--specbound-baseline-match", None,
+           "a baseline from another machine or budget: warn (compared anyway, named) or strict "
+           "(not compared)", "warn"),
     Option("specbound_speedup", "--specbound-speedup", "SPECBOUND_SPEEDUP",
            "also measure every budget's server without speculation and report the speedup",
            switch=True),
@@ -96,6 +101,9 @@ class Settings:
     resolution: float
     concurrency: tuple[int, ...] | None = None  # overrides every class's levels
     speedup: bool = False  # measure every budget's twin without speculation
+    baseline: Path | None = None  # the last accepted run's results (a file or a folder)
+    baseline_origin: str = "--specbound-baseline"
+    baseline_match: str = "warn"
 
 
 def _levels(flag: str, text: str | None) -> tuple[int, ...] | None:
@@ -130,6 +138,12 @@ def _switch(flag: str, text: str | None) -> bool:
     if value is None:
         raise ConfigError(f"{flag}={text}: valid: {', '.join(SWITCH_VALUES)}")
     return value
+
+
+def _existing(flag: str, text: str | None) -> Path | None:
+    if text and not Path(text).exists():
+        raise ConfigError(f"{flag}={text}: no such file or folder")
+    return Path(text) if text else None
 
 
 def _existing_file(flag: str, text: str | None) -> str | None:
@@ -175,6 +189,9 @@ def _merged(opt: Option, cli: Mapping[str, Any], env: Mapping[str, str],
 
 def _check_choices(texts: Callable[[str], str | None], origin: Callable[[str], str]) -> None:
     """The options whose value must be one of a set, or parse as a URL or hardware string."""
+    match = texts("specbound_baseline_match")
+    if match not in ("warn", "strict"):
+        raise ConfigError(f"{origin('specbound_baseline_match')}={match}: valid: warn, strict")
     inconclusive = texts("specbound_inconclusive")
     if inconclusive not in INCONCLUSIVE:
         raise ConfigError(f"{origin('specbound_inconclusive')}={inconclusive}: valid: "
@@ -246,4 +263,7 @@ def resolve(
                           0.005, 0.5),
         concurrency=_levels(origin("specbound_concurrency"), text("specbound_concurrency")),
         speedup=_switch(origin("specbound_speedup"), text("specbound_speedup")),
+        baseline=_existing(origin("specbound_baseline"), text("specbound_baseline")),
+        baseline_origin=origin("specbound_baseline"),
+        baseline_match=given("specbound_baseline_match"),
     )

@@ -18,7 +18,8 @@ Reason = Literal[
     "ttft_above_max", "not_batching", "throttled", "inconclusive",
     "accept_estimated", "clock_disagreement", "server_clock_used", "untimed_retried",
     "stream_chunked",
-    "server_restarted", "speedup_below_min",
+    "server_restarted", "speedup_below_min", "regressed", "improved", "baseline_differs",
+    "baseline_missing",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 

@@ -177,6 +177,19 @@ def decide(ys: Sequence[float], alpha: float, resolution: float, beta: float = M
     return Decision(side, n, mean, low, high, more)
 
 
+def passes(ys: Sequence[float], resolution: float, beta: float = MISS_RATE,
+           min_n: int = MIN_DECISION) -> bool:
+    """Whether the test's pass boundary is crossed (the truth is not a resolution or more on
+    the bad side), whether or not its fail boundary is crossed too: :func:`decide` lets a
+    failure win; a two-sample comparison asks each boundary of its own bound."""
+    if len(ys) < max(min_n, 2):
+        return False
+    d = -math.log(1 - resolution)
+    _, alone_high = outliers(ys)
+    return _crossed(ys, d, math.log(1 / beta), False) and \
+        (not alone_high or _crossed(sorted(ys)[:-1], d, math.log(1 / beta), False))
+
+
 def _more(n: int, mean: float, sd: float, d: float, alpha: float, beta: float) -> int | None:
     """Requests still needed if the mean and spread so far held: the first count at which the
     evidence towards the side the mean lies on (pass above ``-d/2``, fail below) reaches its
@@ -235,11 +248,15 @@ class Threshold(str, enum.Enum):
     DECODE_TOK_S = "decode_tok_s"
     TTFT_MS = "ttft_ms"
     SPEEDUP = "speedup"  # over the server without speculation (measure/speedup.py)
+    BASELINE_DECODE = "baseline_decode_tok_s"  # no slower than the last accepted run
+    BASELINE_ACCEPT = "baseline_accept_length"  # no lower accept than the last accepted run
 
     @property
     def metric(self) -> Metric:
-        if self is Threshold.SPEEDUP:
+        if self in (Threshold.SPEEDUP, Threshold.BASELINE_DECODE):
             return Metric.DECODE_TOK_S
+        if self is Threshold.BASELINE_ACCEPT:
+            return Metric.ACCEPT_LENGTH
         return Metric.ACCEPT_LENGTH if self in _ACCEPT else Metric(self.value)
 
     @property
@@ -255,7 +272,9 @@ class Threshold(str, enum.Enum):
 _ACCEPT = (Threshold.ACCEPT_LOW, Threshold.ACCEPT_HIGH)
 _LABELS = {Threshold.ACCEPT_LOW: "accept", Threshold.ACCEPT_HIGH: "accept",
            Threshold.EFFICIENCY: "efficiency", Threshold.DECODE_TOK_S: "decode tok/s",
-           Threshold.TTFT_MS: "TTFT ms", Threshold.SPEEDUP: "speedup"}
+           Threshold.TTFT_MS: "TTFT ms", Threshold.SPEEDUP: "speedup",
+           Threshold.BASELINE_DECODE: "decode vs baseline",
+           Threshold.BASELINE_ACCEPT: "accept vs baseline"}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ the base, tested by the same sequential test as every threshold
 the base's one-sided confidence bound (also at half): it fails only when the speculative rate is
 below ``min_speedup x`` the base's *lower* bound, and passes only when above ``min_speedup x``
 its *upper* bound. A union bound gives the stated rates: a false failure needs the base bound or
-the test to err, each at most half of ``alpha``.
+the test to err, each at most half of ``alpha``; likewise a false pass (a truth a resolution
+under the limit) needs the base's upper bound (at ``1 - beta / 2``) or the test (at ``beta / 2``)
+to err, so the miss rate stays at ``beta``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_specbound.measure.measurement import Measurement
-from pytest_specbound.measure.sequential import MIN_DECISION, MISS_RATE, Decision, Side, decide
+from pytest_specbound.measure.sequential import (
+    MIN_DECISION,
+    MISS_RATE,
+    Decision,
+    Side,
+    decide,
+    passes,
+)
 from pytest_specbound.measure.stats import Interval, t_quantile
 
 
@@ -105,15 +114,15 @@ def speedup_decision(rates: Sequence[float], base: Baseline, limit: float, alpha
     low, high = (shown.low, shown.high) if shown else (None, None)
     if limit <= 0:
         return Decision(Side.OK, len(logs), est, low, high)
-    half = alpha / 2
-    lo_base, hi_base = base.bound(1 - half, upper=False), base.bound(1 - half, upper=True)
+    half, half_beta = alpha / 2, MISS_RATE / 2
+    lo_base, hi_base = base.bound(1 - half, upper=False), base.bound(1 - half_beta, upper=True)
     against_low = decide([y - math.log(limit * lo_base) for y in logs], half, resolution,
                          min_n=min_n) if lo_base > 0 else None
-    against_high = decide([y - math.log(limit * hi_base) for y in logs], half, resolution,
-                          MISS_RATE, min_n) if math.isfinite(hi_base) else None
+    above_high = [y - math.log(limit * hi_base) for y in logs] if math.isfinite(hi_base) else []
+    against_high = decide(above_high, half, resolution, half_beta, min_n) if above_high else None
     if against_low is not None and against_low.side is Side.BAD:
         return Decision(Side.BAD, len(logs), est, low, high)
-    if against_high is not None and against_high.side is Side.OK:
+    if above_high and passes(above_high, resolution, half_beta, min_n):
         return Decision(Side.OK, len(logs), est, low, high)
     mores = [d.more for d in (against_low, against_high) if d is not None and d.more is not None]
     return Decision(Side.UNSURE, len(logs), est, low, high, min(mores) if mores else None)
@@ -165,3 +174,26 @@ def precise_enough(rates: Sequence[float], level: float, half_width: float) -> b
     _, sd = _mean_sd(logs)
     return t_quantile(1 - (1 - level) / 2, len(logs) - 1) * sd / math.sqrt(len(logs)) \
         <= half_width
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """The last accepted run of one class at one level: its per-request decode rates and accept
+    lengths (the two-sample test's fixed side), its point figures, and how a verdict names it."""
+
+    decode: Baseline
+    accept: Baseline | None
+    label: str  # "baseline run 2026-12-04 (commit abc1234)"
+    accept_length: float | None = None
+    round_ms: float | None = None
+
+
+def accept_values(m: Measurement) -> list[float]:
+    return [r.decode_tokens / r.verify_steps for r in m.timed if r.verify_steps]
+
+
+def change(values: Sequence[float], earlier: Baseline, level: float) -> Interval | None:
+    """This run over the earlier one, as a relative change (-0.074 = 7.4% lower), with its
+    Welch interval on the log scale."""
+    ratio = speedup(values, earlier, level)
+    return Interval(ratio.estimate - 1, ratio.low - 1, ratio.high - 1) if ratio else None

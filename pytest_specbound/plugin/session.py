@@ -15,6 +15,7 @@ import pytest
 from pytest_specbound._toml import TomlTable
 
 if TYPE_CHECKING:
+    from pytest_specbound.gate.baseline import BaselineRuns
     from pytest_specbound.gate.budget import Budget
     from pytest_specbound.gate.pool import ServerPool
     from pytest_specbound.gate.result import ClassResult
@@ -72,6 +73,7 @@ class SpecboundSession:
         self._old_sigterm: Any = None
         self._items: list[pytest.Item] = []  # the budget items this session runs
         self._twins: Twins | None = None
+        self._baseline_runs: BaselineRuns | None = None
 
     # -- session resources ---------------------------------------------------------------
     @property
@@ -140,9 +142,13 @@ class SpecboundSession:
 
         try:
             base = self._base(budget, cls_name, concurrency)
+            compare = self._baseline.reference(budget, cls_name, concurrency, hw.label) \
+                if self._baseline else None
             result = run_class(budget, cls, hw, self.settings, self.pool,
                                progress.update if progress else None, partial, say, concurrency,
-                               base)
+                               base, compare.earlier if compare else None)
+            if self._baseline:
+                result = self._baseline.judged(result, compare)
         except KeyboardInterrupt:
             raise  # the partial entry stays in the running results and is written as such
         except SpecboundError as exc:
@@ -153,6 +159,17 @@ class SpecboundSession:
             raise
         running.pop(item.nodeid, None)
         return self._record(item, result)
+
+    @property
+    def _baseline(self) -> BaselineRuns | None:
+        """The last accepted run (``--specbound-baseline``), read once."""
+        if self.settings.baseline is None:
+            return None
+        if self._baseline_runs is None:
+            from pytest_specbound.gate.baseline import BaselineRuns
+
+            self._baseline_runs = BaselineRuns(self.settings, self.outputs.identity())
+        return self._baseline_runs
 
     def _base(self, budget: Budget, cls_name: str, concurrency: int) -> Any:
         """The class at the level measured without speculation (None where not asked for).

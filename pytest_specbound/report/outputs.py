@@ -22,6 +22,7 @@ class Outputs:
         self._hardware = hardware
         self.results: list[ClassResult] = []
         self.running: dict[str, ClassResult] = {}  # nodeid -> the result so far
+        self._identity: dict[str, object] | None = None  # taken once, at the first write
 
     def __bool__(self) -> bool:
         return bool(self.results or self.running)
@@ -30,9 +31,18 @@ class Outputs:
         self.results.append(result)
         self.write_json(partial=True)
 
+    def identity(self) -> dict[str, object]:
+        """This run's identity (machine, commit, version, start), taken once."""
+        if self._identity is None:
+            from pytest_specbound.gate.identity import run_identity
+
+            hw = self._hardware()
+            self._identity = run_identity(on_gpu=bool(hw and hw.name != "cpu"))
+        return self._identity
+
     def run_info(self) -> RunInfo:
         hw = self._hardware()
-        return {"hardware": hw.describe() if hw else None,
+        return {"hardware": hw.describe() if hw else None, "identity": self.identity(),
                 "budgets": {r.budget: r.budget_sha256 for r in self.results},
                 "servers": {r.budget: r.server.to_json() for r in self.results},
                 "models": sorted({r.model for r in self.results if r.model}),

@@ -92,6 +92,33 @@ def speedup_lines(results: Sequence[ClassResult]) -> list[str]:
     return out
 
 
+def baseline_lines(results: Sequence[ClassResult]) -> list[str]:
+    """Per class and level compared with the last accepted run: the changes and the decision."""
+    out = []
+    for r in results:
+        b = r.baseline
+        if not b:
+            continue
+        if "note" in b:
+            out.append(f"{r.label}: {b['note']}")
+            continue
+        parts = [f"{name} {_change(b.get(key))}" for name, key in
+                 (("decode", "decode_change"), ("accept", "accept_change")) if b.get(key)]
+        regressed = "regressed" in r.verdict.reasons
+        out.append(f"{r.label} vs {b.get('label')}: {', '.join(parts) or 'no figures'}"
+                   + (": REGRESSED" if regressed else ""))
+    return out
+
+
+def _change(c: object) -> str:
+    if not isinstance(c, Mapping):
+        return "-"
+    v, lo, hi = (c.get(k) for k in ("change", "low", "high"))
+    if not all(isinstance(x, (int, float)) for x in (v, lo, hi)):
+        return "-"
+    return f"{v:+.1%} [{lo:+.1%}, {hi:+.1%}]"
+
+
 def _draft_cost(cost: Mapping[str, object]) -> str:
     ms, low, high = (cost.get(k) for k in ("ms", "low", "high"))
     if not all(isinstance(v, (int, float)) for v in (ms, low, high)):
@@ -120,6 +147,7 @@ def terminal(results: Sequence[ClassResult]) -> str:
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) for row in body]
     out += [f"note: {line}" for line in notes(results)]
     out += speedup_lines(results)
+    out += baseline_lines(results)
     return "\n".join(out)
 
 
@@ -131,7 +159,7 @@ def markdown(results: Sequence[ClassResult]) -> str:
     out += [f"\n- note: {line}" if i == 0 else f"- note: {line}"
             for i, line in enumerate(notes(results))]
     out += [f"\n- {line}" if i == 0 else f"- {line}"
-            for i, line in enumerate(speedup_lines(results))]
+            for i, line in enumerate(speedup_lines(results) + baseline_lines(results))]
     for r in results:
         if r.status in ("pass", "skip"):
             continue
