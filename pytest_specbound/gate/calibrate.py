@@ -150,3 +150,37 @@ def apply(text: str, table: str, values: Mapping[str, float | list[float]],
             lines.insert(insert, f"{key} = {_format(value)}{notes.get(key, '')}\n")
             end += 1
     return "".join(lines)
+
+
+def proposed_text(text: str, budget: Budget, hardware: str,
+                  runs: Sequence[tuple[str, ClassBudget]], results: Sequence[ClassResult],
+                  say: Callable[[str], None]) -> str:
+    """The budget text with every proposal applied (the measured draft cost in ``[roofline]``,
+    each class's band and floor at each level), each said in one sentence."""
+    import datetime
+
+    cost = draft_cost_proposal(list(results), hardware, budget.server.backend,
+                               datetime.date.today().isoformat())
+    new = text
+    if cost is not None:
+        say(f"engine cost per draft forward: {cost[0]:g} ms ({cost[1]}); proposed in "
+            "[roofline]: draft_step_ms")
+        new = apply(new, "roofline", {"draft_step_ms": cost[0]}, after="server",
+                    comments={"draft_step_ms": cost[1]})
+    for result, (name, cls) in zip(results, [(n, c) for n, c in runs for _ in c.concurrency],
+                                   strict=True):
+        level = result.concurrency
+        values = propose(result, cost[0] if cost else None)
+        # the first level's figures are the class's own; each other level gets a table
+        table = f"classes.{name}" if level == cls.concurrency[0] else f"classes.{name}.c{level}"
+        at = f" at concurrency {level}" if cls.level_ids else ""
+        speedup = f", speedup {result.speedup:.2f}x" if result.speedup is not None else ""
+        say(f"{name}{at}: measured accept {_fmt(result.accept_length)}, efficiency "
+            f"{_fmt(result.verdict.efficiency)}{speedup} over {result.samples} requests; "
+            f"proposed in [{table}]: {describe(values) or 'nothing (no interval)'}")
+        new = apply(new, table, values, after=f"classes.{name}")
+    return new
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"

@@ -21,14 +21,7 @@ from pytest_specbound.gate.result import ClassResult
 def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
     """The plot, one row of panels per hardware (runs merged by ``specbound report`` plot
     each runner's hardware in its own row)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--specbound-plot needs matplotlib: pip install "
-                          "'pytest-specbound[plot]'") from None
+    plt = pyplot()
     hardware = sorted({r.hardware for r in results}) or [""]
     leveled = any(r.concurrency > 1 for r in results)
     speedups = any(r.speedup is not None for r in results)
@@ -47,6 +40,18 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
     with replacing(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
     plt.close(fig)
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend; a one-line error without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("plots need matplotlib: pip install 'pytest-specbound[plot]'") from None
+    return plt
 
 
 def _accept_panel(ax: Any, fig: Any, results: Sequence[ClassResult], title: str = "") -> None:

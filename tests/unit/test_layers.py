@@ -72,7 +72,7 @@ def test_no_stage_imports_a_later_one_and_pytest_stays_in_the_plugin():
 
 def test_the_folders_are_the_stages():
     folders = sorted(p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
-    assert folders == sorted([*STAGES, "plugin"])  # the stages, and the pytest shell
+    assert folders == sorted([*STAGES, "plugin", "cli"])  # the stages, and the two shells
 
 
 def test_the_check_catches_a_deliberate_violation(tmp_path):

@@ -1,4 +1,5 @@
-"""``specbound``: roofline, hw, measure, calibrate, report. Errors are one line, exit status 2."""
+"""``specbound``: roofline, hw, measure, calibrate, report, compare, history. Errors are one
+line, exit status 2."""
 
 from __future__ import annotations
 
@@ -295,13 +296,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from pytest_specbound._toml import read_text
     from pytest_specbound.atomic import write_text
     from pytest_specbound.gate.budget import load_budget
-    from pytest_specbound.gate.calibrate import (
-        apply,
-        describe,
-        draft_cost_proposal,
-        measure_budget,
-        propose,
-    )
+    from pytest_specbound.gate.calibrate import measure_budget, proposed_text
     from pytest_specbound.gate.pool import ServerPool
     from pytest_specbound.gate.settings import resolve
 
@@ -316,7 +311,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     budget = budget.for_hardware(hw.label)
     pool = ServerPool(Path(args.log_dir))
     text = read_text(args.budget)
-    new = text
     runs = [(name, replace(cls, concurrency=settings.concurrency or cls.concurrency))
             for name, cls in budget.classes.items()]
     try:
@@ -324,28 +318,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                                  lambda line: print(f"specbound: {line}", file=sys.stderr))
     finally:
         pool.close()
-    import datetime
-
-    cost = draft_cost_proposal(results, hw.label, budget.server.backend,
-                               datetime.date.today().isoformat())
-    if cost is not None:
-        print(f"engine cost per draft forward: {cost[0]:g} ms ({cost[1]}); proposed in "
-              "[roofline]: draft_step_ms", file=sys.stderr)
-        new = apply(new, "roofline", {"draft_step_ms": cost[0]}, after="server",
-                    comments={"draft_step_ms": cost[1]})
-    for result, (name, cls) in zip(results, [(n, c) for n, c in runs for _ in c.concurrency],
-                                   strict=True):
-        level = result.concurrency
-        values = propose(result, cost[0] if cost else None)
-        # the first level's figures are the class's own; each other level gets a table
-        table = f"classes.{name}" if level == cls.concurrency[0] else f"classes.{name}.c{level}"
-        at = f" at concurrency {level}" if cls.level_ids else ""
-        speedup = f", speedup {result.speedup:.2f}x" if result.speedup is not None else ""
-        print(f"{name}{at}: measured accept {_fmt(result.accept_length)}, efficiency "
-              f"{_fmt(result.verdict.efficiency)}{speedup} over {result.samples} requests; "
-              f"proposed in [{table}]: {describe(values) or 'nothing (no interval)'}",
-              file=sys.stderr)
-        new = apply(new, table, values, after=f"classes.{name}")
+    new = proposed_text(text, budget, hw.label, runs, results,
+                        lambda line: print(line, file=sys.stderr))
     diff = difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
                                 args.budget, args.budget + " (proposed)")
     sys.stdout.writelines(diff)
@@ -394,8 +368,7 @@ def _add_report(sub: Any) -> None:
     p.set_defaults(func=cmd_report)
 
 
-SUBCOMMANDS += [_add_calibrate, _add_report]
+from pytest_specbound.cli.runs import add_runs  # noqa: E402  (a subcommand module)
 
+SUBCOMMANDS += [_add_calibrate, _add_report, add_runs]
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
