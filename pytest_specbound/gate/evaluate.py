@@ -56,6 +56,7 @@ class Evaluation:
     failed: tuple[str, ...] = ()
     pending: str | None = None
     evidence: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # said in the verdict whatever its status
 
 
 def figures(m: Measurement, roof: Roofline, base: Baseline | None = None,
@@ -219,11 +220,12 @@ def _pct(c: Interval) -> str:
     return f"{c.estimate:+.1%} [{c.low:+.1%}, {c.high:+.1%}]"
 
 
-def against_earlier(f: Figures, decisions: Decisions | None,
-                    earlier: Earlier | None) -> Evaluation | None:
+def against_earlier(f: Figures, decisions: Decisions | None, earlier: Earlier | None,
+                    final: bool = False) -> Evaluation | None:
     """No worse than the last accepted run: the decode rate and the accept length, each by a
     two-sample test; a lower accept blames the drafter, a slower round at the same accept the
-    system."""
+    system. Still undecided when sampling ended (``final``): a note, not a failure: the two
+    runs' requests cannot tell a change of the resolution from none."""
     if earlier is None or f.decode_change is None:
         return None
     d = decisions or {}
@@ -237,6 +239,12 @@ def against_earlier(f: Figures, decisions: Decisions | None,
         drafter = accept is not None and accept.side == Side.BAD
         return Evaluation(Side.BAD, "drafter" if drafter else "system", "regressed",
                           _regression_lines(f, earlier, drafter), evidence=evidence)
+    if (Side.UNSURE in sides or not sides) and final:
+        n = earlier.decode.n
+        return Evaluation(Side.OK, evidence=evidence, notes=(
+            f"note: decode {_pct(f.decode_change)} against {earlier.label}: undecided (its "
+            f"{n} requests and these cannot tell a change of the resolution from none; record "
+            "baselines with --specbound-until-precise)",))
     if Side.UNSURE in sides or not sides:
         return Evaluation(Side.UNSURE, pending=f"decode {_pct(f.decode_change)} vs "
                           f"{earlier.label}", evidence=evidence)
@@ -258,8 +266,8 @@ def _regression_lines(f: Figures, earlier: Earlier, drafter: bool) -> tuple[str,
 
 
 def evaluate(budget: ClassBudget, m: Measurement, f: Figures, decisions: Decisions | None,
-             cached_tokens: str | None = None,
-             earlier: Earlier | None = None) -> list[Evaluation]:
+             cached_tokens: str | None = None, earlier: Earlier | None = None,
+             final: bool = False) -> list[Evaluation]:
     """Every threshold the class sets, in the order the failure text lists them."""
     band = accept_band(budget, f, decisions)
     prefill_unknown = None
@@ -272,7 +280,7 @@ def evaluate(budget: ClassBudget, m: Measurement, f: Figures, decisions: Decisio
                               prefill_unknown),
              min_rate(budget, f, decisions), max_ttft(budget, f, decisions),
              min_speedup(budget, f, decisions, band is None or band.side != Side.BAD),
-             against_earlier(f, decisions, earlier)]
+             against_earlier(f, decisions, earlier, final)]
     return [e for e in found if e is not None]
 
 

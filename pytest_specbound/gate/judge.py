@@ -36,7 +36,7 @@ def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
     f = figures(m, roof, base, level, earlier)
     if isinstance(f, Verdict):
         return f
-    found = evaluate(budget, m, f, decisions, cached_tokens, earlier)
+    found = evaluate(budget, m, f, decisions, cached_tokens, earlier, final)
     unbatched = batching_problem(m, batching) if final else None
     if unbatched:
         found.append(Evaluation(Side.BAD, "system", "not_batching", (unbatched,)))
@@ -64,6 +64,7 @@ def compose(budget: ClassBudget, m: Measurement, f: Figures, found: list[Evaluat
     if status != "pass" and evidence:
         per = f" (resolution {resolution:.0%})" if resolution is not None else ""
         lines.append(f"evidence{per}: " + "; ".join(evidence))
+    lines += [line for e in found for line in e.notes]
     for code, note in notes(m):
         reasons.append(code)
         lines.append("note: " + note)

@@ -79,8 +79,10 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
     cls = cls.at(concurrency)
     roof = roofline_for(budget, hw, values, concurrency if cls.level_ids else None)
     resolution = resolution_of(cls, settings.resolution)
-    # beside a base, the rate is also measured to half the resolution, for the speedup
-    precise = -math.log(1 - resolution) / 2 if base is not None else None
+    # asked for (a baseline for later runs: a quarter of the resolution, so that its own
+    # interval leaves the two-sample test room), or beside a base (for the speedup: half)
+    d = -math.log(1 - resolution)
+    precise = d / 4 if settings.until_precise else d / 2 if base is not None else None
     rule = RuleParameters(settings.confidence, settings.min_samples,
                           cls.samples or settings.samples, resolution, precise)
     prompts = tuple(load_prompts(cls.prompts, budget.origin(f"classes.{cls.name}.prompts")))

@@ -71,6 +71,10 @@ OPTIONS = (
     Option("specbound_baseline_match", "--specbound-baseline-match", None,
            "a baseline from another machine or budget: warn (compared anyway, named) or strict "
            "(not compared)", "warn"),
+    Option("specbound_until_precise", "--specbound-until-precise", "SPECBOUND_UNTIL_PRECISE",
+           "keep measuring each class until its decode rate is known to a quarter of the "
+           "resolution "
+           "(for runs whose results serve as the next run's baseline)", switch=True),
     Option("specbound_speedup", "--specbound-speedup", "SPECBOUND_SPEEDUP",
            "also measure every budget's server without speculation and report the speedup",
            switch=True),
@@ -104,6 +108,7 @@ class Settings:
     baseline: Path | None = None  # the last accepted run's results (a file or a folder)
     baseline_origin: str = "--specbound-baseline"
     baseline_match: str = "warn"
+    until_precise: bool = False  # every class measured until its rate is precise
 
 
 def _levels(flag: str, text: str | None) -> tuple[int, ...] | None:
@@ -266,4 +271,5 @@ def resolve(
         baseline=_existing(origin("specbound_baseline"), text("specbound_baseline")),
         baseline_origin=origin("specbound_baseline"),
         baseline_match=given("specbound_baseline_match"),
+        until_precise=_switch(origin("specbound_until_precise"), text("specbound_until_precise")),
     )
