@@ -16,6 +16,8 @@ from pytest_specbound.measure.speedup import Baseline, speedup, speedup_decision
 from pytest_specbound.measure.stats import Interval
 
 FIGURES = ("accept", "decode tok/s", "efficiency", "TTFT ms")
+JSON_KEYS = {"accept": "accept_length", "decode tok/s": "decode_tok_s",
+             "efficiency": "efficiency", "TTFT ms": "ttft_ms_median"}
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class Row:
         return {"budget": self.key[0], "class": self.key[1], "concurrency": self.key[2],
                 "hardware": self.key[3], "decision": self.decision,
                 "decode_change": _ratio_json(self.decode), "accept_change": _ratio_json(self.accept),
-                **{f.replace(" ", "_").replace("/", "_per_"): pair(f) for f in FIGURES}}
+                **{JSON_KEYS[f]: pair(f) for f in FIGURES}}
 
 
 def _ratio_json(i: Interval | None) -> dict[str, float] | None:

@@ -119,3 +119,44 @@ def test_what_differs_is_named_and_strict_refuses(tmp_path):
     assert compared.baseline is not None and compared.baseline["commit"] == "abc1234def"
     assert abs(compared.baseline["decode_change"]["change"]) < 0.01
     assert ClassResult.from_json(compared.to_json()).baseline == compared.baseline
+
+
+def test_compare_decides_each_class_and_renders_every_format(tmp_path):
+    from pytest_specbound.report.compare import compare, render
+
+    rng = random.Random(4)
+    old = {("b.toml", "chat", 1, "h100-sxm"): result(rates=tuple(
+        100 * math.exp(rng.gauss(0, 0.02)) for _ in range(20))),
+        ("b.toml", "gone", 1, "h100-sxm"): result("gone")}
+    same = result(rates=tuple(100 * math.exp(rng.gauss(0, 0.02)) for _ in range(20)))
+    slow = result(rates=tuple(85 * math.exp(rng.gauss(0, 0.02)) for _ in range(20)))
+    fresh = result("fresh")
+    rows = compare(old, [same, fresh], 0.95, 0.05)
+    assert [(r.key[1], r.decision) for r in rows] == [("chat", "unchanged"), ("fresh", "new class"),
+                                                     ("gone", "missing")]
+    (worse,) = compare(old, [slow], 0.95, 0.05)[:1]
+    assert worse.decision == "regressed" and worse.decode is not None
+    assert -0.18 < worse.decode.estimate - 1 < -0.12
+    doc = json.loads(render([worse], "json"))
+    assert doc["regressed"] == 1 and doc["rows"][0]["decode_change"]["change"] < -0.1
+    assert doc["rows"][0]["decode_tok_s"]["old"] is None  # the hand-made results carry no figure
+    assert render([worse], "markdown").startswith("| class | conc | hardware |")
+    assert "REGRESSED" in render([worse], "table")
+
+
+def test_history_orders_runs_and_marks_a_confirmed_step(tmp_path):
+    from pytest_specbound.report.history import series, table
+
+    rng = random.Random(6)
+    for day, mean in (("01", 100), ("02", 100), ("03", 80), ("04", 80)):
+        rates = tuple(mean * math.exp(rng.gauss(0, 0.02)) for _ in range(16))
+        write(tmp_path / f"run-{day}.json", [result(rates=rates)], f"2026-12-{day}T00:00:00")
+    (tmp_path / "unrelated.json").write_text("[]")
+    found = series([tmp_path])
+    (points,) = found.values()
+    assert [p.when[:10] for p in points] == [f"2026-12-0{d}" for d in (1, 2, 3, 4)]
+    assert [p.step for p in points] == ["", "", "regressed", ""]
+    text = table(found)
+    assert "b.toml::chat c1 on h100-sxm" in text and text.count("REGRESSED") == 1
+    with pytest.raises(Exception, match="not a specbound results file"):
+        series([tmp_path / "unrelated.json"])
