@@ -129,7 +129,9 @@ def differences(ref: Reference, identity: Mapping[str, object], current: ClassRe
     if ref.identity and then != now:
         out.append(f"baseline ran on {then}; this run on {now}")
     old, new = ref.result.server.version, current.server.version
-    if old and new and old != new:
+    if ref.result.backend and current.backend and ref.result.backend != current.backend:
+        out.append(f"baseline server {ref.result.backend}; this run {current.backend}")
+    elif old and new and old != new:
         out.append(f"baseline server version {old}; this run {new}")
     if ref.result.budget_sha256 and current.budget_sha256 and \
             ref.result.budget_sha256 != current.budget_sha256:

@@ -165,6 +165,7 @@ class ClassResult:
     base: JSONObject | None = None  # the class measured without speculation (Baseline.to_json)
     draft_step_ms: JSONObject | None = None  # the engine's cost per draft forward, measured
     command: str | None = None  # the server measured: its launch command (filled), or its URL
+    backend: str | None = None  # the server family measured (sglang, vllm, llamacpp, ...)
     baseline: JSONObject | None = None  # the comparison with the last accepted run
 
     def __getitem__(self, key: str) -> object:
@@ -205,7 +206,8 @@ class ClassResult:
             server_clock_note=m.server_clock_note(), untimed=len(m.untimed),
             untimed_note=m.untimed_note(), server=m.info, requests=tuple(m.records),
             concurrency=m.concurrency, aggregate_tok_s=m.aggregate_tok_s, in_flight=m.in_flight,
-            co_decoding=m.co_decoding, drained=tuple(m.drained), transient=m.transient)
+            co_decoding=m.co_decoding, drained=tuple(m.drained), transient=m.transient,
+            backend=m.backend or None)
 
     # -- the one JSON form ---------------------------------------------------------------
     def to_json(self) -> dict[str, object]:
@@ -242,6 +244,7 @@ class ClassResult:
             "speedup_bounds": list(self.speedup_bounds) if self.speedup_bounds else None,
             "base_decode_tok_s": self.base_decode_tok_s, "base": self.base,
             "draft_step_ms": self.draft_step_ms, "command": self.command,
+            "backend": self.backend,
             "baseline": self.baseline,
         }
 
@@ -304,6 +307,7 @@ class ClassResult:
             min_speedup=_float(d, "min_speedup"), speedup=_float(d, "speedup"),
             speedup_bounds=_pair(d, "speedup_bounds"), base=_object(d, "base") or None,
             draft_step_ms=_object(d, "draft_step_ms") or None, command=_str(d, "command"),
+            backend=_str(d, "backend"),
             baseline=_object(d, "baseline") or None,
         )
 
