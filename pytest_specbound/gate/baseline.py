@@ -136,9 +136,16 @@ def differences(ref: Reference, identity: Mapping[str, object], current: ClassRe
     if ref.result.budget_sha256 and current.budget_sha256 and \
             ref.result.budget_sha256 != current.budget_sha256:
         out.append("the budget file changed since the baseline")
+    if ref.result.sampling and current.sampling and ref.result.sampling != current.sampling:
+        out.append(f"baseline sampled with {_sampled(ref.result.sampling)}; this run "
+                   f"{_sampled(current.sampling)}")
     if ref.result.command and current.command and ref.result.command != current.command:
         out.append("the server's command line changed since the baseline")
     return out
+
+
+def _sampled(fields: Mapping[str, object]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in fields.items())
 
 
 class References:

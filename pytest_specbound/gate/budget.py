@@ -21,6 +21,7 @@ from pytest_specbound.physics.speculative import (
     parse_speculation,
 )
 from pytest_specbound.serving.backends import BACKENDS
+from pytest_specbound.serving.backends.base import SAMPLING_KEYS, Sampling
 from pytest_specbound.serving.connect import ServerConfig
 from pytest_specbound.values import ValueProblem, levels
 
@@ -32,9 +33,9 @@ SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", 
 ROOFLINE_KEYS = {"context", "overhead_ms", "draft_step_ms", "batch", "threads"}
 CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
               "samples", "warmup", "concurrency", "require_no_throttle", "resolution",
-              "min_speedup"}
+              "min_speedup", *SAMPLING_KEYS}
 LEVEL_KEYS = {"accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "samples", "warmup",
-              "resolution", "min_speedup"}
+              "resolution", "min_speedup", *SAMPLING_KEYS}
 LEVEL_TABLE = re.compile(r"^c([1-9][0-9]*)$")  # [classes.NAME.c4]: thresholds at concurrency 4
 
 
@@ -56,6 +57,15 @@ class ClassBudget:
     require_no_throttle: bool = False  # a throttled GPU fails the class on its own
     resolution: float | None = None  # relative miss the verdict must catch (default: settings)
     min_speedup: float | None = None  # decode with speculation over without, per user
+    temperature: float = 0.0  # how tokens are chosen (greedy by default), as deployed
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_p, self.top_k, self.min_p, self.seed)
 
     @property
     def level_ids(self) -> bool:
@@ -362,7 +372,18 @@ def _parse_class(w: Where, table_name: str, t: Any, label: str | None = None) ->
         require_no_throttle=_flag(w, table, t, "require_no_throttle"),
         resolution=w.number(table, t, "resolution", low=0.005, high=0.5),
         min_speedup=w.number(table, t, "min_speedup", low=0),
+        **_sampling(w, table, t),
     )
+
+
+def _sampling(w: Where, table: str, t: TomlTable) -> TomlTable:
+    """The class's sampling keys, checked (those not given keep their defaults)."""
+    values = {"temperature": w.number(table, t, "temperature", low=0, high=5),
+              "top_p": w.number(table, t, "top_p", low=0, high=1),
+              "top_k": w.number(table, t, "top_k", integer=True, low=1),
+              "min_p": w.number(table, t, "min_p", low=0, high=1),
+              "seed": w.number(table, t, "seed", integer=True, low=0)}
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _flag(w: Where, table: str, t: TomlTable, key: str) -> bool:

@@ -166,6 +166,7 @@ class ClassResult:
     draft_step_ms: JSONObject | None = None  # the engine's cost per draft forward, measured
     command: str | None = None  # the server measured: its launch command (filled), or its URL
     backend: str | None = None  # the server family measured (sglang, vllm, llamacpp, ...)
+    sampling: JSONObject = field(default_factory=dict)  # what each request asked (temperature...)
     baseline: JSONObject | None = None  # the comparison with the last accepted run
 
     def __getitem__(self, key: str) -> object:
@@ -244,7 +245,7 @@ class ClassResult:
             "speedup_bounds": list(self.speedup_bounds) if self.speedup_bounds else None,
             "base_decode_tok_s": self.base_decode_tok_s, "base": self.base,
             "draft_step_ms": self.draft_step_ms, "command": self.command,
-            "backend": self.backend,
+            "backend": self.backend, "sampling": dict(self.sampling),
             "baseline": self.baseline,
         }
 
@@ -307,7 +308,7 @@ class ClassResult:
             min_speedup=_float(d, "min_speedup"), speedup=_float(d, "speedup"),
             speedup_bounds=_pair(d, "speedup_bounds"), base=_object(d, "base") or None,
             draft_step_ms=_object(d, "draft_step_ms") or None, command=_str(d, "command"),
-            backend=_str(d, "backend"),
+            backend=_str(d, "backend"), sampling=dict(_object(d, "sampling")),
             baseline=_object(d, "baseline") or None,
         )
 

@@ -156,7 +156,8 @@ def sample(plan: ClassPlan, server: Server, backend: Backend, info: ServerInfo,
            rule: SequentialRule, progress: Progress) -> tuple[Measurement, JSONObject | None]:
     """The requests themselves (one stream, or a closed loop at the level), GPU telemetry
     sampled alongside."""
-    sampler = Sampler(server.endpoint, backend, plan.server.model_id, plan.roof.max_accept)
+    sampler = Sampler(server.endpoint, backend, plan.server.model_id, plan.roof.max_accept,
+                      sampling=plan.cls.sampling)
     cls = plan.cls
     tele = gpu_telemetry(plan.hw, server)
     telemetry: JSONObject | None = None
@@ -252,7 +253,7 @@ def base_result(plan: ClassPlan) -> ClassResult:
         verdict=Verdict("running"), budget_sha256=budget.sha256, model=roof.model.name,
         accept_band=cls.accept, min_efficiency=cls.min_efficiency, min_tok_s=cls.min_tok_s,
         roofline=RooflineFigures.of(roof), partial=True, concurrency=plan.concurrency,
-        level_ids=cls.level_ids, max_ttft_ms=cls.max_ttft_ms)
+        level_ids=cls.level_ids, max_ttft_ms=cls.max_ttft_ms, sampling=cls.sampling.given())
 
 
 def running_result(base: ClassResult, look: Look, plan: ClassPlan,

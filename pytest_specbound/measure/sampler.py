@@ -8,9 +8,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from pytest_specbound.errors import RequestError
+from pytest_specbound.errors import ConfigError, RequestError
 from pytest_specbound.measure.measurement import Measurement, Stop
-from pytest_specbound.serving.backends.base import Backend, Prompt, burst_accept, merged_decode_tokens
+from pytest_specbound.serving.backends.base import (
+    GREEDY,
+    Backend,
+    Prompt,
+    Sampling,
+    SamplingError,
+    burst_accept,
+    merged_decode_tokens,
+)
 from pytest_specbound.serving.prometheus import counter_delta
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.transport import ConnectFailed, Endpoint, RequestBody, StreamResult
@@ -113,8 +121,10 @@ class Sampler:
     """Sends one request and turns the stream into a record with the best accept source."""
 
     def __init__(self, endpoint: Endpoint, backend: Backend, model: str | None = None,
-                 max_accept: int = DEFAULT_MAX_ACCEPT, counters_per_request: bool = True) -> None:
+                 max_accept: int = DEFAULT_MAX_ACCEPT, counters_per_request: bool = True,
+                 sampling: Sampling = GREEDY) -> None:
         self.endpoint = endpoint
+        self.sampling = sampling
         self.backend = backend
         self.model = model
         self.max_accept = max(1, max_accept)
@@ -132,7 +142,11 @@ class Sampler:
             return None
 
     def one(self, prompt: Prompt, max_tokens: int) -> RequestRecord:
-        path, body = self.backend.build_request(prompt, prompt.max_tokens or max_tokens, self.model)
+        try:
+            path, body = self.backend.build_request(prompt, prompt.max_tokens or max_tokens,
+                                                    self.model, self.sampling)
+        except SamplingError as exc:
+            raise ConfigError(f"the class's sampling: {exc}") from None
         before = self._scrape_if_needed()  # counters around a request: server clock, accept
         try:
             result = self._stream_with_retry(path, body)

@@ -117,3 +117,36 @@ def test_a_first_read_that_merged_decode_tokens_does_not_shorten_the_decode():
     assert 12 / decode_seconds(times, tokens, reads, 12) == pytest.approx(100.0)
     # an on-time reader: first token alone in its read, the plain span
     assert decode_seconds([0.1, 0.2, 0.3], [1, 2, 2], [1, 2, 3], 4) == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize(("backend", "prompt", "where"), [
+    ("vllm", "text", lambda b: b), ("sglang", "text", lambda b: b["sampling_params"]),
+    ("llamacpp", "text", lambda b: b), ("trtllm", "text", lambda b: b),
+    ("tgi", "text", lambda b: b["parameters"]), ("openai", "chat", lambda b: b)])
+def test_sampling_goes_in_each_servers_own_fields(backend, prompt, where):
+    from pytest_specbound.serving.backends import get_backend
+    from pytest_specbound.serving.backends.base import Prompt, Sampling
+
+    p = Prompt(text="x") if prompt == "text" else Prompt(messages=({"role": "user", "content": "x"},))
+    b = get_backend(backend)
+    _, greedy = b.build_request(p, 8, None)
+    if backend == "tgi":
+        assert where(greedy)["do_sample"] is False and "temperature" not in where(greedy)
+    else:
+        assert where(greedy)["temperature"] == 0.0 and "top_p" not in where(greedy)
+    _, body = b.build_request(p, 8, None, Sampling(0.7, top_p=0.9, top_k=20))
+    fields = where(body)
+    assert (fields["temperature"], fields["top_p"], fields["top_k"]) == (0.7, 0.9, 20)
+    if backend == "tgi":
+        assert fields["do_sample"] is True
+
+
+@pytest.mark.parametrize(("backend", "field"), [("trtllm", "min_p"), ("sglang", "seed"),
+                                                ("tgi", "min_p")])
+def test_a_sampling_field_a_server_does_not_take_is_named(backend, field):
+    from pytest_specbound.serving.backends import get_backend
+    from pytest_specbound.serving.backends.base import Prompt, Sampling, SamplingError
+
+    with pytest.raises(SamplingError, match=rf"^{field} is not a {backend} request field; valid: "):
+        get_backend(backend).build_request(Prompt(text="x"), 8, None,
+                                           Sampling(0.7, **{field: 1 if field == "seed" else 0.1}))

@@ -53,7 +53,12 @@ CLASS = {"prompts": ('"coding"', lambda c: c.prompts == "coding"),
          "concurrency": ("[1, 4]", lambda c: c.concurrency == (1, 4)),
          "require_no_throttle": ("true", lambda c: c.require_no_throttle is True),
          "resolution": ("0.1", lambda c: c.resolution == 0.1),
-         "min_speedup": ("1.2", lambda c: c.min_speedup == 1.2)}
+         "min_speedup": ("1.2", lambda c: c.min_speedup == 1.2),
+         "temperature": ("0.7", lambda c: c.sampling.temperature == 0.7),
+         "top_p": ("0.9", lambda c: c.sampling.top_p == 0.9),
+         "top_k": ("20", lambda c: c.sampling.top_k == 20),
+         "min_p": ("0.05", lambda c: c.sampling.min_p == 0.05),
+         "seed": ("7", lambda c: c.sampling.seed == 7)}
 TWIN = {"launch": ('"plain --port {port}"', lambda t: t.launch == "plain --port {port}"),
         "url": ('"http://127.0.0.1:9"', lambda t: t.url == "http://127.0.0.1:9"
                 and t.origin.endswith(":12: no_speculation.url")),

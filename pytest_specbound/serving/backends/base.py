@@ -22,6 +22,36 @@ class Prompt:
     max_tokens: int | None = None
 
 
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How tokens are chosen: greedy (temperature 0) unless a class says otherwise. Only the
+    fields given are sent, in each server's own request fields."""
+
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def given(self) -> dict[str, float | int]:
+        """The fields to send: the temperature always, the others where set."""
+        return {k: v for k in SAMPLING_KEYS if (v := getattr(self, k)) is not None}
+
+
+GREEDY = Sampling()
+
+
+class SamplingError(ValueError):
+    """A sampling field this server's request has no place for."""
+
+
 @dataclass
 class StreamState:
     """What a stream's parser carries from one event to the next."""
@@ -46,12 +76,24 @@ class Backend:
     cached_tokens_setting: str | None = None
 
     # -- request -------------------------------------------------------------------------
-    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, RequestBody]:
+    sampling_keys: tuple[str, ...] = SAMPLING_KEYS  # what its text route takes
+
+    def sampling_fields(self, sampling: Sampling) -> RequestBody:
+        """``sampling`` as this server's request fields (an unknown one: :class:`SamplingError`)."""
+        fields = sampling.given()
+        unknown = [k for k in fields if k not in self.sampling_keys]
+        if unknown:
+            raise SamplingError(f"{unknown[0]} is not a {self.name} request field; valid: "
+                                f"{', '.join(self.sampling_keys)}")
+        return fields
+
+    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None,
+                      sampling: Sampling = GREEDY) -> tuple[str, RequestBody]:
         body: RequestBody = {
             "max_tokens": max_tokens,
-            "temperature": 0.0,
             "stream": True,
             "stream_options": {"include_usage": True},
+            **self.sampling_fields(sampling),
             **self.extra_fields(max_tokens),
         }
         if model:

@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.serving.backends.base import Backend, Prompt, StreamState, tokens_per_forward, with_info
+from pytest_specbound.serving.backends.base import (
+    GREEDY,
+    Backend,
+    Prompt,
+    Sampling,
+    StreamState,
+    tokens_per_forward,
+    with_info,
+)
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.settings import Served, flag_value, has_flag, int_flag, runs
 from pytest_specbound.serving.transport import Endpoint, RequestBody
@@ -42,14 +50,15 @@ class LlamaCpp(Backend):
     metric_names = (ACCEPTED, DRAFTS)
     chunks_are_steps = False  # one event per token: verify steps show only as arrival gaps
 
-    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, RequestBody]:
+    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None,
+                      sampling: Sampling = GREEDY) -> tuple[str, RequestBody]:
         if prompt.messages is not None:
-            path, body = super().build_request(prompt, max_tokens, model)
+            path, body = super().build_request(prompt, max_tokens, model, sampling)
             return path, body
         return "/completion", {
             "prompt": prompt.text,
             "n_predict": max_tokens,
-            "temperature": 0.0,
+            **self.sampling_fields(sampling),
             "ignore_eos": True,
             "stream": True,
             "return_tokens": True,

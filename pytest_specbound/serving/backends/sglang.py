@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pytest_specbound.serving.backends.base import Backend, Prompt, StreamState, with_info
+from pytest_specbound.serving.backends.base import (
+    GREEDY,
+    Backend,
+    Prompt,
+    Sampling,
+    StreamState,
+    with_info,
+)
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.settings import Served, flag_value, runs
 from pytest_specbound.serving.transport import Endpoint, RequestBody
@@ -22,16 +29,19 @@ class SGLang(Backend):
     metric_names = (GEN_TOKENS, VERIFY_CALLS)
     generated_counter = GEN_TOKENS
 
-    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, RequestBody]:
+    sampling_keys = ("temperature", "top_p", "top_k", "min_p")  # native sampling_params
+
+    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None,
+                      sampling: Sampling = GREEDY) -> tuple[str, RequestBody]:
         if prompt.messages is not None:
-            path, body = super().build_request(prompt, max_tokens, model)
+            path, body = super().build_request(prompt, max_tokens, model, sampling)
             body["stream_options"]["continuous_usage_stats"] = True
             body["return_spec_tokens_details"] = True
             return path, body
         return "/generate", {
             "text": prompt.text,
             "sampling_params": {"max_new_tokens": max_tokens, "min_new_tokens": max_tokens,
-                                "temperature": 0.0, "ignore_eos": True},
+                                **self.sampling_fields(sampling), "ignore_eos": True},
             "stream": True,
         }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pytest_specbound.serving.backends.base import Backend, Prompt, StreamState
+from pytest_specbound.serving.backends.base import GREEDY, Backend, Prompt, Sampling, StreamState
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.settings import Served, flag_value, int_flag, runs
 from pytest_specbound.serving.transport import Endpoint, RequestBody
@@ -39,13 +39,20 @@ class TGI(Backend):
             values["dtype"] = (dtype[0], f"launch: {dtype[1]}")
         return Served.of(values)
 
-    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None) -> tuple[str, RequestBody]:
+    sampling_keys = ("temperature", "top_p", "top_k", "seed")
+
+    def build_request(self, prompt: Prompt, max_tokens: int, model: str | None,
+                      sampling: Sampling = GREEDY) -> tuple[str, RequestBody]:
         if prompt.messages is not None:
-            return super().build_request(prompt, max_tokens, model)
+            return super().build_request(prompt, max_tokens, model, sampling)
         # TGI has no ignore_eos / min_tokens: an early EOS shortens the request (noted per record)
+        fields = self.sampling_fields(sampling)
+        if sampling.greedy:  # its temperature must be > 0: greedy is do_sample = false
+            fields = {k: v for k, v in fields.items() if k != "temperature"}
         return "/generate_stream", {
             "inputs": prompt.text,
-            "parameters": {"max_new_tokens": max_tokens, "do_sample": False, "details": True},
+            "parameters": {"max_new_tokens": max_tokens, "do_sample": not sampling.greedy,
+                           "details": True, **fields},
         }
 
     def extra_fields(self, max_tokens: int) -> RequestBody:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pytest_specbound.serving.backends.base import Backend, with_info
+from pytest_specbound.serving.backends.base import GREEDY, Backend, Sampling, with_info
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.settings import Served, flag_value, int_flag, runs
 from pytest_specbound.serving.transport import Endpoint, RequestBody
@@ -75,8 +75,11 @@ class TRTLLM(Backend):
             values["speculative"] = (False, f"{where} absent" if config else "launch: no --config")
         return Served.of(values)
 
-    def build_request(self, prompt: Any, max_tokens: int, model: str | None) -> tuple[str, RequestBody]:
-        path, body = super().build_request(prompt, max_tokens, model)
+    sampling_keys = ("temperature", "top_p", "top_k", "seed")  # extra="forbid": no min_p
+
+    def build_request(self, prompt: Any, max_tokens: int, model: str | None,
+                      sampling: Sampling = GREEDY) -> tuple[str, RequestBody]:
+        path, body = super().build_request(prompt, max_tokens, model, sampling)
         body["stream_options"]["continuous_usage_stats"] = True
         return path, body  # extra="forbid": no fields beyond the protocol's own
 
