@@ -33,9 +33,10 @@ SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", 
 ROOFLINE_KEYS = {"context", "overhead_ms", "draft_step_ms", "batch", "threads"}
 CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
               "samples", "warmup", "concurrency", "require_no_throttle", "resolution",
-              "min_speedup", *SAMPLING_KEYS}
+              "min_speedup", "max_tpot_ms", "tpot_percentile", "min_goodput", *SAMPLING_KEYS}
 LEVEL_KEYS = {"accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "samples", "warmup",
-              "resolution", "min_speedup", *SAMPLING_KEYS}
+              "resolution", "min_speedup", "max_tpot_ms", "tpot_percentile", "min_goodput",
+              *SAMPLING_KEYS}
 LEVEL_TABLE = re.compile(r"^c([1-9][0-9]*)$")  # [classes.NAME.c4]: thresholds at concurrency 4
 
 
@@ -57,6 +58,9 @@ class ClassBudget:
     require_no_throttle: bool = False  # a throttled GPU fails the class on its own
     resolution: float | None = None  # relative miss the verdict must catch (default: settings)
     min_speedup: float | None = None  # decode with speculation over without, per user
+    max_tpot_ms: float | None = None  # time per output token: at most this ...
+    tpot_percentile: float = 99.0  # ... for this percentile of requests
+    min_goodput: float | None = None  # the share of requests meeting every SLO set
     temperature: float = 0.0  # how tokens are chosen (greedy by default), as deployed
     top_p: float | None = None
     top_k: int | None = None
@@ -372,8 +376,21 @@ def _parse_class(w: Where, table_name: str, t: Any, label: str | None = None) ->
         require_no_throttle=_flag(w, table, t, "require_no_throttle"),
         resolution=w.number(table, t, "resolution", low=0.005, high=0.5),
         min_speedup=w.number(table, t, "min_speedup", low=0),
+        **_slos(w, table, t),
         **_sampling(w, table, t),
     )
+
+
+def _slos(w: Where, table: str, t: TomlTable) -> TomlTable:
+    """``max_tpot_ms`` (at ``tpot_percentile``, default 99) and ``min_goodput``."""
+    values = {"max_tpot_ms": w.number(table, t, "max_tpot_ms", low=0),
+              "tpot_percentile": w.number(table, t, "tpot_percentile", low=50, high=100),
+              "min_goodput": w.number(table, t, "min_goodput", low=0, high=1)}
+    if "min_goodput" in t and "max_ttft_ms" not in t and "max_tpot_ms" not in t \
+            and "." not in table.removeprefix("classes."):
+        raise w.error(table, "min_goodput", "the share of requests meeting every SLO needs an "
+                      "SLO: set max_ttft_ms or max_tpot_ms")
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _sampling(w: Where, table: str, t: TomlTable) -> TomlTable:

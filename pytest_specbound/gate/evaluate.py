@@ -12,6 +12,7 @@ from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.gate.verdict import Reason, Verdict
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prefill import level_roofline
+from pytest_specbound.measure.proportion import met_slos, percentile, tpot_values
 from pytest_specbound.measure.sequential import Decision, Side, Threshold
 from pytest_specbound.measure.speedup import (
     Baseline,
@@ -196,6 +197,45 @@ def max_ttft(budget: ClassBudget, f: Figures, decisions: Decisions | None) -> Ev
                       evidence)
 
 
+def slo_shares(budget: ClassBudget, m: Measurement,
+               decisions: Decisions | None) -> list[Evaluation]:
+    """``max_tpot_ms`` at its percentile and ``min_goodput``: shares of requests, each by a
+    sequential proportion test."""
+    out = []
+    if budget.max_tpot_ms is not None:
+        q = budget.tpot_percentile
+        value = percentile(tpot_values(m), q / 100)
+        shown = f"TPOT p{q:g} {value:.2f} ms" if value is not None else f"TPOT p{q:g} -"
+        share = _share(met_slos(m, None, budget.max_tpot_ms))
+        side, evidence = _share_side(Threshold.TPOT_MS, share, q / 100, decisions)
+        out.append(Evaluation(side, "system", "tpot_above_max" if side == Side.BAD else None,
+                              (f"{shown} > max_tpot_ms {budget.max_tpot_ms:g} (only {share:.1%} "
+                               f"of requests within it, p{q:g} asks {q / 100:.0%})",)
+                              if side == Side.BAD else (),
+                              f"{shown} vs max {budget.max_tpot_ms:g}" if side == Side.UNSURE
+                              else None, evidence))
+    if budget.min_goodput is not None:
+        share = _share(met_slos(m, budget.max_ttft_ms, budget.max_tpot_ms))
+        side, evidence = _share_side(Threshold.GOODPUT, share, budget.min_goodput, decisions)
+        out.append(Evaluation(side, "system", "goodput_below_min" if side == Side.BAD else None,
+                              (f"goodput {share:.1%} < min_goodput {budget.min_goodput:g} (the "
+                               "share of requests meeting every SLO)",) if side == Side.BAD
+                              else (), f"goodput {share:.1%} vs min {budget.min_goodput:g}"
+                              if side == Side.UNSURE else None, evidence))
+    return out
+
+
+def _share(met: list[bool]) -> float:
+    return sum(met) / len(met) if met else 0.0
+
+
+def _share_side(threshold: Threshold, share: float, p0: float,
+                decisions: Decisions | None) -> tuple[Side, tuple[str, ...]]:
+    if decisions is None:
+        return (Side.BAD if share < p0 else Side.OK), ()
+    return side_of(threshold, share, p0, decisions)
+
+
 def min_speedup(budget: ClassBudget, f: Figures, decisions: Decisions | None,
                 accept_in_band: bool) -> Evaluation | None:
     """``min_speedup``: decode with speculation over without, at this level."""
@@ -279,6 +319,7 @@ def evaluate(budget: ClassBudget, m: Measurement, f: Figures, decisions: Decisio
              efficiency_floor(budget, f, decisions, band is None or band.side != Side.BAD,
                               prefill_unknown),
              min_rate(budget, f, decisions), max_ttft(budget, f, decisions),
+             *slo_shares(budget, m, decisions),
              min_speedup(budget, f, decisions, band is None or band.side != Side.BAD),
              against_earlier(f, decisions, earlier, final)]
     return [e for e in found if e is not None]

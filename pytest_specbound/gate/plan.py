@@ -191,7 +191,8 @@ def server_config(budget: Budget, settings: Settings) -> ServerConfig:
 
 # -- the twin without speculation -----------------------------------------------------------
 
-THRESHOLD_KEYS = ("accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "min_speedup")
+THRESHOLD_KEYS = ("accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "min_speedup",
+                  "max_tpot_ms", "min_goodput")
 
 
 def wants_twin(budget: Budget, cls: ClassBudget, settings: Settings) -> bool:
@@ -232,7 +233,7 @@ def plain_class(cls: ClassBudget) -> ClassBudget:
     levels = {k: {n: v for n, v in t.items() if n not in THRESHOLD_KEYS}
               for k, t in cls.levels.items()}
     return replace(cls, accept=None, min_efficiency=None, min_tok_s=None, max_ttft_ms=None,
-                   min_speedup=None, levels=levels)
+                   min_speedup=None, max_tpot_ms=None, min_goodput=None, levels=levels)
 
 
 def plan_twin(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings,

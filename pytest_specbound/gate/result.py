@@ -167,6 +167,11 @@ class ClassResult:
     command: str | None = None  # the server measured: its launch command (filled), or its URL
     backend: str | None = None  # the server family measured (sglang, vllm, llamacpp, ...)
     sampling: JSONObject = field(default_factory=dict)  # what each request asked (temperature...)
+    tpot_ms: Ttft = field(default_factory=Ttft)  # time per output token: median, p90, p99
+    goodput: float | None = None  # the share of requests meeting every SLO the class sets
+    max_tpot_ms: float | None = None
+    tpot_percentile: float | None = None
+    min_goodput: float | None = None
     baseline: JSONObject | None = None  # the comparison with the last accepted run
 
     def __getitem__(self, key: str) -> object:
@@ -246,6 +251,10 @@ class ClassResult:
             "base_decode_tok_s": self.base_decode_tok_s, "base": self.base,
             "draft_step_ms": self.draft_step_ms, "command": self.command,
             "backend": self.backend, "sampling": dict(self.sampling),
+            "tpot_ms": {"median": self.tpot_ms.median, "p90": self.tpot_ms.p90,
+                        "p99": self.tpot_ms.p99},
+            "goodput": self.goodput, "max_tpot_ms": self.max_tpot_ms,
+            "tpot_percentile": self.tpot_percentile, "min_goodput": self.min_goodput,
             "baseline": self.baseline,
         }
 
@@ -309,6 +318,9 @@ class ClassResult:
             speedup_bounds=_pair(d, "speedup_bounds"), base=_object(d, "base") or None,
             draft_step_ms=_object(d, "draft_step_ms") or None, command=_str(d, "command"),
             backend=_str(d, "backend"), sampling=dict(_object(d, "sampling")),
+            tpot_ms=Ttft(*(_float(_object(d, "tpot_ms"), k) for k in ("median", "p90", "p99"))),
+            goodput=_float(d, "goodput"), max_tpot_ms=_float(d, "max_tpot_ms"),
+            tpot_percentile=_float(d, "tpot_percentile"), min_goodput=_float(d, "min_goodput"),
             baseline=_object(d, "baseline") or None,
         )
 

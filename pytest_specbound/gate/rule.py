@@ -10,6 +10,7 @@ from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.gate.evaluate import thresholds_decided
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prefill import level_roofline
+from pytest_specbound.measure.proportion import decide_share, met_slos
 from pytest_specbound.measure.sequential import (
     MIN_DECISION,
     Decision,
@@ -50,6 +51,10 @@ def limits(cls: ClassBudget, base: Baseline | None = None,
         out.append(Limit(Threshold.DECODE_TOK_S, cls.min_tok_s))
     if cls.max_ttft_ms is not None:
         out.append(Limit(Threshold.TTFT_MS, cls.max_ttft_ms))
+    if cls.max_tpot_ms is not None:
+        out.append(Limit(Threshold.TPOT_MS, cls.max_tpot_ms))
+    if cls.min_goodput is not None:
+        out.append(Limit(Threshold.GOODPUT, cls.min_goodput))
     if cls.min_speedup is not None and base is not None:
         out.append(Limit(Threshold.SPEEDUP, cls.min_speedup))
     if earlier is not None:  # no worse than the last accepted run, by a resolution
@@ -72,8 +77,19 @@ def decisions(cls: ClassBudget, m: Measurement, roof: Roofline, confidence: floa
     """Each threshold's sequential test on ``m`` (its warm-up transient already excluded)."""
     tests = limits(cls, base, earlier)
     alpha = per_threshold_alpha(confidence, len(tests))
-    return {t.threshold: _decide(t, m, roof, alpha, resolution, min_n, base, earlier)
-            for t in tests}
+    return {t.threshold: _share(cls, t, m, alpha, resolution, min_n)
+            if t.threshold in (Threshold.TPOT_MS, Threshold.GOODPUT)
+            else _decide(t, m, roof, alpha, resolution, min_n, base, earlier) for t in tests}
+
+
+def _share(cls: ClassBudget, t: Limit, m: Measurement, alpha: float, resolution: float,
+           min_n: int) -> Decision:
+    """A share of requests as a sequential proportion test (measure/proportion.py)."""
+    if t.threshold is Threshold.TPOT_MS:
+        return decide_share(met_slos(m, None, t.value), cls.tpot_percentile / 100, alpha,
+                            resolution, min_n=min_n)
+    return decide_share(met_slos(m, cls.max_ttft_ms, cls.max_tpot_ms), t.value, alpha,
+                        resolution, min_n=min_n)
 
 
 def _decide(t: Limit, m: Measurement, roof: Roofline, alpha: float, resolution: float,

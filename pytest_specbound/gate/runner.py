@@ -19,7 +19,7 @@ from pytest_specbound.gate.rule import Look, SequentialRule
 from pytest_specbound.gate.settings import Settings
 from pytest_specbound.gate.verdict import Verdict, batching_hint, explained
 from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, stream_samplers
-from pytest_specbound.measure.measurement import Measurement, Stop
+from pytest_specbound.measure.measurement import Measurement, Stop, Ttft
 from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.sampler import Sampler, measure
 from pytest_specbound.measure.speedup import Baseline, Earlier
@@ -245,6 +245,17 @@ def run_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings
     return judge_class(plan, measure_class(plan, pool, on_record, partial, say), say)
 
 
+def slo_figures(m: Measurement, cls: ClassBudget) -> tuple[Ttft, float | None]:
+    """TPOT's median, p90 and p99, and the goodput where the class sets an SLO."""
+    from pytest_specbound.measure.proportion import met_slos, percentile, tpot_values
+
+    values = tpot_values(m)
+    tpot = Ttft(*(percentile(values, q) for q in (0.5, 0.9, 0.99)))
+    met = met_slos(m, cls.max_ttft_ms, cls.max_tpot_ms) \
+        if cls.max_ttft_ms is not None or cls.max_tpot_ms is not None else []
+    return tpot, round(sum(met) / len(met), 4) if met else None
+
+
 def base_result(plan: ClassPlan) -> ClassResult:
     """What a class result says before any request: the budget, the thresholds, the roofline."""
     budget, cls, roof = plan.budget, plan.cls, plan.roof
@@ -253,7 +264,9 @@ def base_result(plan: ClassPlan) -> ClassResult:
         verdict=Verdict("running"), budget_sha256=budget.sha256, model=roof.model.name,
         accept_band=cls.accept, min_efficiency=cls.min_efficiency, min_tok_s=cls.min_tok_s,
         roofline=RooflineFigures.of(roof), partial=True, concurrency=plan.concurrency,
-        level_ids=cls.level_ids, max_ttft_ms=cls.max_ttft_ms, sampling=cls.sampling.given())
+        level_ids=cls.level_ids, max_ttft_ms=cls.max_ttft_ms, sampling=cls.sampling.given(),
+        max_tpot_ms=cls.max_tpot_ms, min_goodput=cls.min_goodput,
+        tpot_percentile=cls.tpot_percentile if cls.max_tpot_ms is not None else None)
 
 
 def running_result(base: ClassResult, look: Look, plan: ClassPlan,
@@ -262,6 +275,8 @@ def running_result(base: ClassResult, look: Look, plan: ClassPlan,
     m = look.measurement
     verdict = Verdict("error", ["interrupted"], ("interrupted",)) if m.interrupted \
         else base.verdict
+    tpot, goodput = slo_figures(m, plan.cls)
+    base = replace(base, tpot_ms=tpot, goodput=goodput)
     return replace(base.with_measurement(m), verdict=verdict,
                    bounds=dict(look.bounds) if look.bounds is not None else None,
                    roofline=(RooflineFigures.of(level_roofline(m, plan.roof)) if m.records

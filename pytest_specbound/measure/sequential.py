@@ -248,6 +248,8 @@ class Threshold(str, enum.Enum):
     DECODE_TOK_S = "decode_tok_s"
     TTFT_MS = "ttft_ms"
     SPEEDUP = "speedup"  # over the server without speculation (measure/speedup.py)
+    TPOT_MS = "tpot_ms"  # the share of requests within max_tpot_ms (measure/proportion.py)
+    GOODPUT = "goodput"  # the share of requests meeting every SLO
     BASELINE_DECODE = "baseline_decode_tok_s"  # no slower than the last accepted run
     BASELINE_ACCEPT = "baseline_accept_length"  # no lower accept than the last accepted run
 
@@ -257,6 +259,8 @@ class Threshold(str, enum.Enum):
             return Metric.DECODE_TOK_S
         if self is Threshold.BASELINE_ACCEPT:
             return Metric.ACCEPT_LENGTH
+        if self in (Threshold.TPOT_MS, Threshold.GOODPUT):
+            return Metric.TTFT_MS  # per-request shares: tested by measure/proportion.py
         return Metric.ACCEPT_LENGTH if self in _ACCEPT else Metric(self.value)
 
     @property
@@ -273,6 +277,7 @@ _ACCEPT = (Threshold.ACCEPT_LOW, Threshold.ACCEPT_HIGH)
 _LABELS = {Threshold.ACCEPT_LOW: "accept", Threshold.ACCEPT_HIGH: "accept",
            Threshold.EFFICIENCY: "efficiency", Threshold.DECODE_TOK_S: "decode tok/s",
            Threshold.TTFT_MS: "TTFT ms", Threshold.SPEEDUP: "speedup",
+           Threshold.TPOT_MS: "share within TPOT", Threshold.GOODPUT: "goodput",
            Threshold.BASELINE_DECODE: "decode vs baseline",
            Threshold.BASELINE_ACCEPT: "accept vs baseline"}
 

@@ -56,8 +56,11 @@ def rows(results: Sequence[ClassResult]) -> list[tuple[str, ...]]:
         v = r.verdict
         aggregate = (_num(r.aggregate_tok_s, ".1f"),) if with_aggregate else ()
         speedup = (speedup_text(r),) if with_speedup else ()
+        sampled = r.sampling and float(str(r.sampling.get("temperature", 0))) > 0
+        name = f"{basename(r.budget)}::{r.class_name}" + (
+            " (" + ", ".join(f"{k} {v}" for k, v in r.sampling.items()) + ")" if sampled else "")
         out.append((
-            f"{basename(r.budget)}::{r.class_name}", r.hardware, str(r.concurrency), accept,
+            name, r.hardware, str(r.concurrency), accept,
             _num(r.decode_tok_s, ".1f"), *aggregate, _num(v.floor_tok_s, ".1f"),
             _num(v.roofline_tok_s, ".1f"), _num(v.efficiency, ".2f"), *speedup, v.status.upper(),
         ))
@@ -89,6 +92,23 @@ def speedup_lines(results: Sequence[ClassResult]) -> list[str]:
         if costs:
             line += f"; engine cost per draft forward above the roofline: {', '.join(costs)}"
         out.append(line)
+    return out
+
+
+def slo_lines(results: Sequence[ClassResult]) -> list[str]:
+    """Per class and level with an SLO: TPOT and goodput against their limits."""
+    out = []
+    for r in results:
+        if r.max_tpot_ms is None and r.min_goodput is None:
+            continue
+        q = r.tpot_percentile or 99
+        limit = f" (p{q:g} <= {r.max_tpot_ms:g})" if r.max_tpot_ms is not None else ""
+        parts = [f"TPOT median {_num(r.tpot_ms.median)} ms, p90 {_num(r.tpot_ms.p90)}, "
+                 f"p99 {_num(r.tpot_ms.p99)}{limit}"]
+        if r.goodput is not None:
+            parts.append(f"goodput {r.goodput:.1%}" + (f" (>= {r.min_goodput:.0%})"
+                                                       if r.min_goodput is not None else ""))
+        out.append(f"{r.label}: " + "; ".join(parts))
     return out
 
 
@@ -147,6 +167,7 @@ def terminal(results: Sequence[ClassResult]) -> str:
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) for row in body]
     out += [f"note: {line}" for line in notes(results)]
     out += speedup_lines(results)
+    out += slo_lines(results)
     out += baseline_lines(results)
     return "\n".join(out)
 
@@ -159,7 +180,8 @@ def markdown(results: Sequence[ClassResult]) -> str:
     out += [f"\n- note: {line}" if i == 0 else f"- note: {line}"
             for i, line in enumerate(notes(results))]
     out += [f"\n- {line}" if i == 0 else f"- {line}"
-            for i, line in enumerate(speedup_lines(results) + baseline_lines(results))]
+            for i, line in enumerate(speedup_lines(results) + slo_lines(results)
+                                     + baseline_lines(results))]
     for r in results:
         if r.status in ("pass", "skip"):
             continue

@@ -239,3 +239,32 @@ def test_settings_cross_check_names_both(server, tiny_llama, tmp_path):
     found = mismatches(load_budget(path), parse_hardware("cpu"), served)
     assert found == [f"budget says ngram:2 ({path}:4: speculative.method); the server runs 3 "
                      "draft steps (launch: --speculative-config num_speculative_tokens 3)"]
+
+
+def test_sampling_changes_the_accept_length_and_it_is_measured(server, tiny_llama):
+    """What is asked and how tokens are chosen is the workload: the same n-gram server and
+    prompts, greedy against temperature 0.7. Each request's accept comes from vLLM itself, and
+    the per-request figures agree with its counters over the same requests."""
+    from pytest_specbound.serving.backends.base import Sampling
+
+    srv, per_request = server
+    backend = VLLM()
+    prompts = load_prompts("repetitive")
+    found = {}
+    for name, sampling in (("greedy", Sampling()), ("sampled", Sampling(0.7, seed=1))):
+        sampler = Sampler(srv.endpoint, backend, str(tiny_llama), sampling=sampling)
+        measure(sampler, prompts, 64, FixedCount(1), warmup=0)
+        before = backend.scrape(srv.endpoint)
+        m = measure(sampler, prompts, 96, FixedCount(6), warmup=0)
+        after = backend.scrape(srv.endpoint)
+        assert not m.failures, [r.error for r in m.failures]
+        assert before is not None and after is not None
+        drafts = after[DRAFTS] - before[DRAFTS]
+        accepted = after[ACCEPTED] - before[ACCEPTED]
+        from_counters = 1 + accepted / drafts if drafts else 1.0
+        found[name] = (m.accept_length, from_counters)
+        if per_request:  # the per-request figures are vLLM's own, and add up to its counters
+            assert m.accept_source == "server"
+            assert m.accept_length == pytest.approx(from_counters, rel=0.1), (name, found[name])
+    greedy, sampled = found["greedy"][1], found["sampled"][1]
+    assert sampled < greedy - 0.2, found  # sampling breaks the loops n-gram lookup feeds on

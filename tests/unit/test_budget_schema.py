@@ -58,7 +58,10 @@ CLASS = {"prompts": ('"coding"', lambda c: c.prompts == "coding"),
          "top_p": ("0.9", lambda c: c.sampling.top_p == 0.9),
          "top_k": ("20", lambda c: c.sampling.top_k == 20),
          "min_p": ("0.05", lambda c: c.sampling.min_p == 0.05),
-         "seed": ("7", lambda c: c.sampling.seed == 7)}
+         "seed": ("7", lambda c: c.sampling.seed == 7),
+         "max_tpot_ms": ("30", lambda c: c.max_tpot_ms == 30),
+         "tpot_percentile": ("95", lambda c: c.tpot_percentile == 95),
+         "min_goodput": ("0.9\nmax_ttft_ms = 100", lambda c: c.min_goodput == 0.9)}
 TWIN = {"launch": ('"plain --port {port}"', lambda t: t.launch == "plain --port {port}"),
         "url": ('"http://127.0.0.1:9"', lambda t: t.url == "http://127.0.0.1:9"
                 and t.origin.endswith(":12: no_speculation.url")),

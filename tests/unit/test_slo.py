@@ -1,0 +1,97 @@
+"""SLOs: ``max_tpot_ms`` at a percentile and ``min_goodput`` as sequential proportion tests
+(error rates simulated), the budget keys, and the verdict texts."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pytest_specbound.errors import ConfigError
+from pytest_specbound.gate.budget import ClassBudget, load_budget
+from pytest_specbound.gate.judge import judge
+from pytest_specbound.gate.rule import decisions
+from pytest_specbound.measure.measurement import Measurement
+from pytest_specbound.measure.proportion import alternative, decide_share, percentile, wilson
+from pytest_specbound.measure.sequential import Side, Threshold
+from pytest_specbound.physics.hardware import parse_hardware
+from pytest_specbound.physics.models import load_model
+from pytest_specbound.physics.roofline import compute_roofline
+from pytest_specbound.physics.speculative import parse_speculation
+from pytest_specbound.serving.records import RequestRecord
+
+
+def run_share(rng: random.Random, true_share: float, p0: float, alpha: float = 0.0125,
+              resolution: float = 0.05, budget: int = 2000) -> Side:
+    met: list[bool] = []
+    for _ in range(budget):
+        met.append(rng.random() < true_share)
+        if len(met) >= 4 and len(met) % 10 == 0:
+            side = decide_share(met, p0, alpha, resolution).side
+            if side is not Side.UNSURE:
+                return side
+    return Side.UNSURE
+
+
+@pytest.mark.parametrize("p0", [0.99, 0.95, 0.8])
+def test_the_share_test_keeps_its_false_failure_and_miss_rates(p0):
+    rng = random.Random(int(p0 * 100))
+    runs = 300
+    at_threshold = [run_share(rng, p0, p0) for _ in range(runs)]
+    assert at_threshold.count(Side.BAD) / runs <= 0.0125 + 0.015
+    beyond = alternative(p0, 0.05)
+    below = [run_share(rng, beyond, p0) for _ in range(runs)]
+    assert below.count(Side.OK) / runs <= 0.05 + 0.02
+
+
+def test_alternatives_scale_the_share_that_misses():
+    assert alternative(0.99, 0.05) == pytest.approx(0.98)  # p99: 1% missing against 2%
+    assert alternative(0.95, 0.05) == pytest.approx(0.90)
+    lo, hi = wilson(95, 100, 0.95)
+    assert lo < 0.95 < hi and percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return compute_roofline(parse_hardware("a6000x2"), load_model("qwen3.6-27b"),
+                            parse_speculation("mtp:3"))
+
+
+def measured(tpots_ms: list[float], ttft: float = 0.05) -> Measurement:
+    return Measurement("sglang", [RequestRecord(completion_tokens=101, ttft_s=ttft,
+                                                decode_s=t * 100 / 1e3, accept_length=3.0,
+                                                accept_source="server") for t in tpots_ms])
+
+
+def test_tpot_and_goodput_pass_and_fail_as_they_should(seed):
+    cls = ClassBudget("chat", "chat", 100, max_tpot_ms=25.0, tpot_percentile=90,
+                      max_ttft_ms=100.0, min_goodput=0.9)
+    good = measured([18.0 + (i % 5) for i in range(40)])
+    found = decisions(cls, good, seed, 0.95, 0.05)
+    assert found[Threshold.TPOT_MS].side is Side.OK and found[Threshold.GOODPUT].side is Side.OK
+    assert judge(cls, good, seed, found).status == "pass"
+    slow = measured([18.0] * 20 + [40.0] * 20)  # half the requests over 25 ms
+    found = decisions(cls, slow, seed, 0.95, 0.05)
+    v = judge(cls, slow, seed, found)
+    assert v.status == "fail" and v.diagnosis == "system"
+    assert {"tpot_above_max", "goodput_below_min"} <= set(v.reasons)
+    assert any(x.startswith("TPOT p90 40.00 ms > max_tpot_ms 25 (only 50.0% of requests") for x in
+               v.lines), v.lines
+    assert any(x.startswith("goodput 50.0% < min_goodput 0.9") for x in v.lines)
+
+
+def test_goodput_needs_an_slo_and_the_keys_are_checked(tmp_path):
+    path = tmp_path / "b.toml"
+    base = '[model]\nname = "llama-3.1-8b"\n[server]\nurl = "http://h:1"\n[classes.chat]\n'
+    path.write_text(base + "min_goodput = 0.9\n")
+    with pytest.raises(ConfigError, match=r"b\.toml:6: classes\.chat\.min_goodput: the share "
+                                          r"of requests meeting every SLO needs an SLO"):
+        load_budget(path)
+    path.write_text(base + "max_tpot_ms = 20\ntpot_percentile = 101\n")
+    with pytest.raises(ConfigError, match=r"classes\.chat\.tpot_percentile"):
+        load_budget(path)
+    path.write_text(base + "max_tpot_ms = 20\nmin_goodput = 0.9\nconcurrency = [1, 4]\n"
+                    "[classes.chat.c4]\nmin_goodput = 0.8\n")
+    c = load_budget(path).classes["chat"]
+    assert (c.max_tpot_ms, c.tpot_percentile, c.min_goodput) == (20, 99.0, 0.9)
+    assert c.at(4).min_goodput == 0.8  # a level table may move it
