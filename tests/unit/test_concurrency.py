@@ -216,7 +216,7 @@ def test_levels_and_their_tables(tmp_path):
     ("[classes.chat]\nconcurrency = [1, 4]\n[classes.chat.c8]\nmin_tok_s = 1\n", "",
      r"b\.toml:8: classes\.chat\.c8: concurrency 8 is not one of the class's levels \[1, 4\]"),
     ("[classes.chat]\nconcurrency = [1, 4]\n[classes.chat.c4]\nprompts = 'x'\n", "",
-     r"classes\.chat\.c4\.prompts: unknown key; valid: accept, max_ttft_ms, min_efficiency"),
+     r"classes\.chat\.c4\.prompts: unknown key; valid: accept, max_tpot_ms, max_ttft_ms, min_eff"),
     ("[classes.chat]\nconcurrency = [1, 4]\n", "[roofline]\nbatch = 4\n",
      r"roofline\.batch: class 'chat' sets concurrency, which sets the roofline's batch"),
 ])
