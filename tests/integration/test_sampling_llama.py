@@ -24,7 +24,7 @@ def test_sampling_lowers_the_ngram_accept_and_each_is_the_servers_own(launch_lla
     found = {}
     for name, sampling in (("greedy", Sampling()), ("sampled", Sampling(0.7, seed=3))):
         sampler = Sampler(srv.endpoint, LlamaCpp(), sampling=sampling)
-        m = measure(sampler, load_prompts("repetitive"), 96, FixedCount(8), warmup=1)
+        m = measure(sampler, load_prompts("repetitive"), 256, FixedCount(8), warmup=1)
         assert not m.failures
         # llama-server's own counters: draft_n / draft_n_accepted per request, left out of a
         # request in which it drafted nothing (every step then verified one token)
@@ -36,8 +36,9 @@ def test_sampling_lowers_the_ngram_accept_and_each_is_the_servers_own(launch_lla
             tokens += r.decode_tokens
             assert not drafted or r.accept_source == "server"
         found[name] = tokens / steps
-    # measured here: greedy 1.16, sampled 1.00 (the random model loops less than vLLM's tiny llama)
-    assert found["greedy"] > 1.05 and found["sampled"] < found["greedy"] - 0.05, found
+    # measured here: greedy 1.40, sampled 1.00 (a random model's greedy output falls into loops
+    # n-gram lookup then predicts; sampling at 0.7 from its flat distribution does not)
+    assert found["greedy"] > 1.1 and found["sampled"] < found["greedy"] - 0.1, found
 
 
 def test_a_sampled_class_says_how_it_sampled(pytester, launch_llama, gguf_models):
