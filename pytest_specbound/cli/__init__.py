@@ -7,10 +7,13 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_specbound.errors import SpecboundError
-from pytest_specbound.values import ValueProblem, levels, number, whole_number
+from pytest_specbound.values import ValueProblem, levels, levels_text, number, whole_number
+
+if TYPE_CHECKING:
+    from pytest_specbound.physics.roofline import Roofline
 
 FORMATS = ("table", "json", "markdown")
 T = TypeVar("T")
@@ -73,8 +76,13 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
     overhead, source = ((args.overhead_ms, "--overhead-ms") if args.overhead_ms is not None
                         else overhead_for(args.backend))
-    roof = compute_roofline(hw, model, spec, draft, args.context, args.batch, overhead,
-                            ROOFLINE_FLAGS, args.draft_step_ms, draft_dtype, source)
+    def at(batch: int) -> Roofline:
+        return compute_roofline(hw, model, spec, draft, args.context, batch, overhead,
+                                ROOFLINE_FLAGS, args.draft_step_ms, draft_dtype, source)
+
+    if len(args.batch) > 1:
+        return print_frontier(at, args.batch, args.accept, args.format)
+    roof = at(args.batch[0])
     if args.accept is not None and args.accept > roof.max_accept:
         raise SpecboundError(
             f"--accept={args.accept:g}: above the most one round can emit with "
@@ -87,6 +95,26 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     else:
         print(render.table(roof, args.accept))
     return 0
+
+
+def print_frontier(at: Callable[[int], Roofline], batches: tuple[int, ...], accept: float | None,
+                   fmt: str) -> int:
+    """``--batch 1,2,4,...``: the roofline's per-user and aggregate rates at each batch."""
+    from pytest_specbound.physics.frontier import frontier, table
+
+    points = frontier(at, batches, accept)
+    if fmt == "json":
+        print(json.dumps({"accept": accept, "points": [p.to_json() for p in points]}, indent=2))
+    else:
+        print(table(points, accept))
+    return 0
+
+
+def _batches(text: str) -> tuple[int, ...]:
+    try:
+        return levels_text(text)
+    except ValueProblem as exc:
+        raise argparse.ArgumentTypeError(f"{exc}: a batch or a list, e.g. 1,2,4,8") from None
 
 
 def cmd_hw(args: argparse.Namespace) -> int:
@@ -150,7 +178,9 @@ def _add_roofline(sub: Any) -> None:
                    "MTP / EAGLE / DFlash head's (default bf16; MTP: the target's)")
     p.add_argument("--accept", type=_positive_float, help="mean accept length (bonus included)")
     p.add_argument("--context", type=_nonneg_int, default=500, help="context tokens (500)")
-    p.add_argument("--batch", type=_nonneg_int, default=1, help="concurrent sequences (1)")
+    p.add_argument("--batch", type=_batches, default=(1,),
+                   help="concurrent sequences (1); a list (1,2,4,...,64) prints the frontier: "
+                        "per-user and aggregate tok/s at each batch")
     p.add_argument("--overhead-ms", type=float, default=None,
                    help="scheduler + sampling per round (default: --backend's figure)")
     p.add_argument("--backend", default=None,

@@ -25,7 +25,7 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
     hardware = sorted({r.hardware for r in results}) or [""]
     leveled = any(r.concurrency > 1 for r in results)
     speedups = any(r.speedup is not None for r in results)
-    cols = 1 + leveled + speedups
+    cols = 1 + 2 * leveled + speedups
     fig, axes = plt.subplots(len(hardware), cols, figsize=(6.5 * cols + 0.5, 4.5 * len(hardware)),
                              squeeze=False)
     for row, hw in enumerate(hardware):
@@ -34,6 +34,7 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
         _accept_panel(axes[row][0], fig, on_hw, title)
         if leveled:
             _concurrency_panel(axes[row][1], on_hw, title)
+            _pareto_panel(axes[row][2], on_hw, title)
         if speedups:
             _speedup_panel(axes[row][cols - 1], on_hw, title)
     fig.tight_layout()
@@ -130,6 +131,56 @@ def _concurrency_panel(ax: Any, results: Sequence[ClassResult], title: str = "")
     ax.set_xlabel("concurrency (closed-loop streams = roofline batch)")
     ax.set_ylabel("decode tok/s per user")
     ax.set_title("per-user tok/s vs concurrency" + title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def pareto_points(rs: Sequence[ClassResult]) -> tuple[list[tuple[float, float]],
+                                                     list[tuple[float, float]]]:
+    """(measured, frontier) points (aggregate tok/s per GPU, per-user tok/s) across a class's
+    levels: the frontier is the roofline at each level's batch and measured accept."""
+    measured, bound = [], []
+    for r in sorted(rs, key=lambda x: x.concurrency):
+        gpus = _gpus(r)
+        if r.decode_tok_s is not None and r.aggregate_tok_s is not None:
+            measured.append((r.aggregate_tok_s / gpus, r.decode_tok_s))
+        if r.verdict.roofline_tok_s is not None:
+            bound.append((r.verdict.roofline_tok_s * r.concurrency / gpus,
+                          r.verdict.roofline_tok_s))
+    return measured, bound
+
+
+def _gpus(r: ClassResult) -> int:
+    hw = r.roofline.hardware if r.roofline else {}
+    count = hw.get("count") if isinstance(hw, dict) else None
+    return int(count) if isinstance(count, int) and hw.get("name") != "cpu" and count > 0 else 1
+
+
+def _pareto_panel(ax: Any, results: Sequence[ClassResult], title: str = "") -> None:
+    """Per-user tok/s against aggregate tok/s per GPU across each class's levels: the measured
+    points with their intervals, and the physical frontier at the measured accept."""
+    series: dict[tuple[str, str], list[ClassResult]] = {}
+    for r in results:
+        series.setdefault((r.budget, r.class_name), []).append(r)
+    for (_, name), rs in series.items():
+        measured, bound = pareto_points(rs)
+        if not measured:
+            continue
+        line = ax.plot([x for x, _ in bound], [y for _, y in bound], "--", alpha=0.7,
+                       label=f"roofline frontier {name}")
+        color = line[0].get_color()
+        for r, (x, y) in zip(sorted(rs, key=lambda v: v.concurrency), measured, strict=False):
+            b = r.bounds or {}
+            gpus = _gpus(r)
+            agg = b.get("aggregate_tok_s")
+            ax.errorbar([x], [y], yerr=_err(y, b.get("decode_tok_s")),
+                        xerr=_err(x, (agg[0] / gpus, agg[1] / gpus) if agg else None),
+                        fmt="o", color=color, capsize=3)
+            ax.annotate(f"c{r.concurrency}", (x, y), textcoords="offset points", xytext=(5, 4),
+                        fontsize=7)
+    ax.set_xlabel("aggregate decode tok/s per GPU")
+    ax.set_ylabel("decode tok/s per user")
+    ax.set_title("throughput vs interactivity" + title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
 
