@@ -33,7 +33,8 @@ SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", 
 ROOFLINE_KEYS = {"context", "overhead_ms", "draft_step_ms", "batch", "threads"}
 CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
               "samples", "warmup", "concurrency", "require_no_throttle", "resolution",
-              "min_speedup", "max_tpot_ms", "tpot_percentile", "min_goodput", *SAMPLING_KEYS}
+              "min_speedup", "max_tpot_ms", "tpot_percentile", "min_goodput", "category",
+              *SAMPLING_KEYS}
 LEVEL_KEYS = {"accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "samples", "warmup",
               "resolution", "min_speedup", "max_tpot_ms", "tpot_percentile", "min_goodput",
               *SAMPLING_KEYS}
@@ -58,6 +59,7 @@ class ClassBudget:
     require_no_throttle: bool = False  # a throttled GPU fails the class on its own
     resolution: float | None = None  # relative miss the verdict must catch (default: settings)
     min_speedup: float | None = None  # decode with speculation over without, per user
+    category: tuple[str, ...] = ()  # within a prompt file: the categories measured (all: empty)
     max_tpot_ms: float | None = None  # time per output token: at most this ...
     tpot_percentile: float = 99.0  # ... for this percentile of requests
     min_goodput: float | None = None  # the share of requests meeting every SLO set
@@ -341,14 +343,21 @@ def _parse_class(w: Where, table_name: str, t: Any, label: str | None = None) ->
                                label=name)
         levels[level] = {k: getattr(checked, k) for k in values}
     prompts = w.string(table, t, "prompts") or name
-    if prompts not in BUILTIN and not prompts.endswith(".jsonl"):
+    if prompts not in BUILTIN and not prompts.endswith((".jsonl", ".json")):
         raise w.error(table, "prompts", f"unknown prompt set '{prompts}'; valid: "
-                      f"{', '.join(BUILTIN)} or a .jsonl file")
-    if prompts.endswith(".jsonl"):
+                      f"{', '.join(BUILTIN)} or a .jsonl / .json file (plain prompts, "
+                      "MT-bench questions, ShareGPT conversations)")
+    if prompts.endswith((".jsonl", ".json")):
         resolved = (w.path.parent / prompts)
         if not resolved.is_file():
             raise w.error(table, "prompts", f"no such file: {resolved}")
         prompts = str(resolved)
+    category = t.get("category")
+    if category is not None and (not (isinstance(category, str) and category) and not (
+            isinstance(category, list) and category and all(isinstance(c, str) for c in category))):
+        raise w.error(table, "category", f"a category or a list of them, got {category!r}")
+    if category is not None and prompts in BUILTIN:
+        raise w.error(table, "category", "selects within a prompt file: set prompts = \"PATH\"")
     accept = t.get("accept")
     band: tuple[float, float] | None = None
     if accept is not None:
@@ -376,6 +385,7 @@ def _parse_class(w: Where, table_name: str, t: Any, label: str | None = None) ->
         require_no_throttle=_flag(w, table, t, "require_no_throttle"),
         resolution=w.number(table, t, "resolution", low=0.005, high=0.5),
         min_speedup=w.number(table, t, "min_speedup", low=0),
+        category=(category,) if isinstance(category, str) else tuple(category or ()),
         **_slos(w, table, t),
         **_sampling(w, table, t),
     )

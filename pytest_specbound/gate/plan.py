@@ -15,6 +15,7 @@ from pytest_specbound.gate.budget import Budget, ClassBudget, ModelRef
 from pytest_specbound.gate.rule import SequentialRule, resolution_of
 from pytest_specbound.gate.settings import Settings
 from pytest_specbound.gate.twin_table import NoSpeculation
+from pytest_specbound.measure.prompt_sets import select
 from pytest_specbound.measure.prompts import load_prompts
 from pytest_specbound.measure.speedup import Baseline, Earlier
 from pytest_specbound.physics.hardware import Hardware, matched_to_server, server_threads
@@ -85,7 +86,8 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
     precise = d / 4 if settings.until_precise else d / 2 if base is not None else None
     rule = RuleParameters(settings.confidence, settings.min_samples,
                           cls.samples or settings.samples, resolution, precise)
-    prompts = tuple(load_prompts(cls.prompts, budget.origin(f"classes.{cls.name}.prompts")))
+    origin = budget.origin(f"classes.{cls.name}.prompts")
+    prompts = tuple(select(load_prompts(cls.prompts, origin), cls.category, origin))
     warmup = cls.warmup if cls.warmup is not None else settings.warmup
     return ClassPlan(budget, cls, hw, roof, server_config(budget, settings), values, concurrency,
                      rule, prompts, warmup, settings.max_seconds, base)

@@ -143,10 +143,14 @@ class Sampler:
 
     def one(self, prompt: Prompt, max_tokens: int) -> RequestRecord:
         try:
+            if prompt.follow_ups:  # earlier turns replayed with the server's own answers
+                prompt = self._replayed(prompt, prompt.max_tokens or max_tokens)
             path, body = self.backend.build_request(prompt, prompt.max_tokens or max_tokens,
                                                     self.model, self.sampling)
         except SamplingError as exc:
             raise ConfigError(f"the class's sampling: {exc}") from None
+        except RequestError as exc:
+            return RequestRecord(error=f"an earlier turn: {exc}")
         before = self._scrape_if_needed()  # counters around a request: server clock, accept
         try:
             result = self._stream_with_retry(path, body)
@@ -179,6 +183,24 @@ class Sampler:
             return replace(record, decode_s=record.server_decode_s, clock="server",
                            client_untimed=problem)
         return replace(record, untimed=problem)
+
+    def _replayed(self, prompt: Prompt, max_tokens: int) -> Prompt:
+        """The conversation up to its last user turn, each earlier turn answered by the server
+        (unmeasured, whole): what a chat user's later turn is sent with."""
+        assert prompt.messages is not None
+        history = list(prompt.messages)
+        for turn in prompt.follow_ups:
+            path, body = self.backend.build_request(Prompt(messages=tuple(history)), max_tokens,
+                                                    self.model, self.sampling)
+            body = {k: v for k, v in body.items() if k != "stream_options"} | {"stream": False}
+            answer = self.endpoint.post_json(path, body)
+            try:
+                text = answer["choices"][0]["message"]["content"] or ""
+            except (KeyError, IndexError, TypeError):
+                raise RequestError(f"POST {path}: no choices[0].message.content") from None
+            history += [{"role": "assistant", "content": text}, {"role": "user", "content": turn}]
+        return Prompt(messages=tuple(history), max_tokens=prompt.max_tokens,
+                      category=prompt.category)
 
     def _stream_with_retry(self, path: str, body: RequestBody) -> StreamResult:
         try:

@@ -304,6 +304,22 @@ class Endpoint:
         return Stalled(f"POST {path}: stalled: no data for {self.read_timeout_s:g} s after "
                        f"{reads} reads (read timeout)")
 
+    def post_json(self, path: str, body: RequestBody) -> Any:
+        """One request answered whole (an earlier turn of a conversation): its JSON; an error
+        status or a body that is not JSON raises :class:`RequestError`."""
+        resp = self._open("POST", path, (self.connect_timeout_s, self.read_timeout_s),
+                          json.dumps(body).encode(), False)
+        try:
+            if resp.status_code != 200:
+                raise self._status_error(resp, path)
+            return json.loads(resp.content)
+        except ValueError:
+            raise RequestError(f"POST {path}: the answer is not JSON") from None
+        except requests.exceptions.RequestException as exc:
+            raise RequestError(f"POST {path}: {_why(exc)}") from None
+        finally:
+            self._release(resp)
+
     def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
         """A small GET (health, info, metrics): (status, body); connection errors raise."""
         status, body, _headers = self.get_with_headers(path, timeout_s)

@@ -54,3 +54,37 @@ def test_a_sampled_class_says_how_it_sampled(pytester, launch_llama, gguf_models
     (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
     assert r["sampling"] == {"temperature": 0.7, "top_p": 0.95, "seed": 3}
     assert "s.toml::coding (temperature 0.7, top_p 0.95, seed 3)" in out.stdout.str()
+
+
+def test_an_mt_bench_file_by_category_runs_two_turns(pytester, launch_llama, gguf_models):
+    """Each question's first turn is answered by the server, unmeasured; the second turn is
+    sent with that answer and measured: its prompt holds both turns and the answer."""
+    srv = launch_llama("target", *NGRAM)
+    pytester.makeini(PYTESTER_INI)
+    (pytester.path / "budgets").mkdir()
+    questions = [{"question_id": i, "category": cat, "turns": [first, "Now say it again, shorter."]}
+                 for i, (cat, first) in enumerate([("writing", "Write a short poem about the sea."),
+                                                   ("writing", "Describe a quiet city morning."),
+                                                   ("math", "What is 12 times 12?")])]
+    (pytester.path / "budgets" / "mt.jsonl").write_text(
+        "\n".join(json.dumps(q) for q in questions))
+    (pytester.path / "budgets" / "mt.toml").write_text(
+        llama_budget(gguf_models["target"], gguf_models["draft"],
+                     'category = "writing"\nmax_tokens = 48\nsamples = 4')
+        .replace('method = "draft"', 'method = "ngram"')
+        .replace('prompts = "coding"', 'prompts = "mt.jsonl"'))
+    out = pytester.runpytest_subprocess("--specbound-hw=cpu", f"--specbound-url={srv.url}",
+                                        "budgets/", "--specbound-json=r.json", timeout=300)
+    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
+    assert r["verdict"] == "pass", out.stdout.str()
+    single = []
+    for q in questions[:2]:  # the first turn alone, as the server counts its prompt
+        from pytest_specbound.serving.backends.base import Prompt
+        from pytest_specbound.serving.backends.llamacpp import LlamaCpp
+
+        path, body = LlamaCpp().build_request(
+            Prompt(messages=({"role": "user", "content": q["turns"][0]},)), 1, None)
+        single.append(srv.endpoint.post_json(path, body | {"stream": False})
+                      ["usage"]["prompt_tokens"])
+    for q in r["requests"]:  # turn 2: both user turns and a 48-token answer in its prompt
+        assert q["prompt_tokens"] > min(single) + 48, (q["prompt_tokens"], single)

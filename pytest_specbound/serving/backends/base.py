@@ -20,6 +20,8 @@ class Prompt:
     text: str | None = None
     messages: tuple[dict[str, str], ...] | None = None
     max_tokens: int | None = None
+    follow_ups: tuple[str, ...] = ()  # later user turns: earlier ones replayed, the last measured
+    category: str | None = None  # a prompt set's category (MT-bench's writing, coding, ...)
 
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed")
