@@ -124,13 +124,22 @@ def _concurrency_panel(ax: Any, results: Sequence[ClassResult], title: str = "")
             marker = "tab:green" if r.status == "pass" else "tab:red"
             ax.errorbar([r.concurrency], [y], yerr=_err(y, (r.bounds or {}).get("decode_tok_s")),
                         fmt="o", color=marker, capsize=3, zorder=3)
+    _level_axis(ax, sorted({r.concurrency for rs in series.values() for r in rs}))
+    _labels(ax, "concurrency (closed-loop streams = roofline batch)", "decode tok/s per user",
+            "per-user tok/s vs concurrency" + title)
+
+
+def _level_axis(ax: Any, levels: Sequence[int]) -> None:
+    """Concurrency levels on a log2 axis, each level named."""
     ax.set_xscale("log", base=2)
-    levels = sorted({r.concurrency for rs in series.values() for r in rs})
     ax.set_xticks(levels, [str(n) for n in levels])
     ax.minorticks_off()
-    ax.set_xlabel("concurrency (closed-loop streams = roofline batch)")
-    ax.set_ylabel("decode tok/s per user")
-    ax.set_title("per-user tok/s vs concurrency" + title)
+
+
+def _labels(ax: Any, x: str, y: str, title: str) -> None:
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
 
@@ -178,11 +187,8 @@ def _pareto_panel(ax: Any, results: Sequence[ClassResult], title: str = "") -> N
                         fmt="o", color=color, capsize=3)
             ax.annotate(f"c{r.concurrency}", (x, y), textcoords="offset points", xytext=(5, 4),
                         fontsize=7)
-    ax.set_xlabel("aggregate decode tok/s per GPU")
-    ax.set_ylabel("decode tok/s per user")
-    ax.set_title("throughput vs interactivity" + title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _labels(ax, "aggregate decode tok/s per GPU", "decode tok/s per user",
+            "throughput vs interactivity" + title)
 
 
 def crossing_level(points: Sequence[tuple[int, float]]) -> float | None:
@@ -218,15 +224,9 @@ def _speedup_panel(ax: Any, results: Sequence[ClassResult], title: str = "") -> 
             ax.axvline(cross, linestyle=":", color=line[0].get_color(), alpha=0.7,
                        label=f"{name} crosses 1 near c{cross:.1f}")
     ax.axhline(1.0, color="black", linewidth=0.8)
-    levels = sorted({r.concurrency for rs in series.values() for r in rs})
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(levels, [str(n) for n in levels])
-    ax.minorticks_off()
-    ax.set_xlabel("concurrency")
-    ax.set_ylabel("speedup (with speculation / without)")
-    ax.set_title("does speculation pay?" + title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _level_axis(ax, sorted({r.concurrency for rs in series.values() for r in rs}))
+    _labels(ax, "concurrency", "speedup (with speculation / without)",
+            "does speculation pay?" + title)
 
 
 def _err(value: float, interval: tuple[float, float] | None) -> list[list[float]] | None:
