@@ -111,6 +111,9 @@ def print_frontier(at: Callable[[int], Roofline], batches: tuple[int, ...], acce
 
 
 def _batches(text: str) -> tuple[int, ...]:
+    """``4`` or ``1,2,4,8`` (a batch under 1 is left to the roofline's own one-line error)."""
+    if "," not in text:
+        return (_nonneg_int(text),)
     try:
         return levels_text(text)
     except ValueProblem as exc:

@@ -273,9 +273,11 @@ def _parse_override(w: Where, label: str, over: Any, server: ServerConfig,
             raise w.error(f"{table}.classes", name,
                           f"unknown class; the budget has {', '.join(classes)}")
         base = classes[name]
-        _parse_class(w, f"{table}.classes.{name}", {"prompts": base.prompts,
-                     "concurrency": list(base.concurrency), **values}, label=name)
-        parsed[name] = replace(base, **_class_fields(values))
+        checked = _parse_class(w, f"{table}.classes.{name}", {
+            "prompts": base.prompts, "concurrency": list(base.concurrency), **values}, label=name)
+        fields_given = _class_fields(values)  # the level tables gathered; values as parsed
+        parsed[name] = replace(base, **{k: v if k == "levels" else getattr(checked, k)
+                                        for k, v in fields_given.items()})
     return HardwareOverride(on_hw, parsed)
 
 

@@ -26,16 +26,31 @@ def rounds_and_prefill_ms(r: RequestRecord, overlap: Overlap | None, roof: Roofl
     return rounds, roof.prefill_ms(overlap.prefill_tokens if overlap else 0.0, rounds)
 
 
+def context_of(r: RequestRecord, default: float) -> float:
+    """A request's mean context over its decode: its prompt and half its output (``default``,
+    the budget's context, where the server did not say how long the prompt was)."""
+    if not r.prompt_tokens:
+        return default
+    return r.prompt_tokens + r.completion_tokens / 2
+
+
 def floor_s(r: RequestRecord, overlap: Overlap | None, roof: Roofline,
             fixed_accept: float) -> float:
-    """The least decode time of one request: its rounds at the roofline plus others' prefill."""
+    """The least decode time of one request: its rounds at the roofline (at its own context)
+    plus others' prefill."""
     rounds, prefill = rounds_and_prefill_ms(r, overlap, roof, fixed_accept)
-    return (rounds * roof.round_ms + prefill) / 1e3
+    return (rounds * roof.at_context(context_of(r, roof.context)).round_ms + prefill) / 1e3
 
 
 def level_roofline(m: Measurement, roof: Roofline) -> Roofline:
-    """``roof`` with the level's measured ``prefill`` per round (unchanged when none)."""
+    """``roof`` at the requests' own context (their mean over the rounds) with the level's
+    measured ``prefill`` per round (unchanged when there are no requests)."""
     fixed = m.window_accept or 1.0
-    parts = [rounds_and_prefill_ms(r, o, roof, fixed) for r, o in m.timed_overlaps()]
+    pairs = m.timed_overlaps()
+    parts = [rounds_and_prefill_ms(r, o, roof, fixed) for r, o in pairs]
     rounds = sum(n for n, _ in parts)
-    return roof.with_prefill(sum(p for _, p in parts) / rounds) if rounds > 0 else roof
+    if rounds <= 0:
+        return roof
+    context = sum(n * context_of(r, roof.context) for (n, _), (r, _) in zip(parts, pairs,
+                                                                              strict=True))
+    return roof.at_context(context / rounds).with_prefill(sum(p for _, p in parts) / rounds)

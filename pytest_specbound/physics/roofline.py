@@ -81,6 +81,18 @@ class Roofline:
         their matmuls at the prefill ceiling, less what the rounds' compute slack absorbs."""
         return max(0.0, tokens * self.prefill_ms_per_token - rounds * self.compute_slack_ms)
 
+    def at_context(self, context: float) -> Roofline:
+        """This round at another context length: the KV cache read follows it (per sequence,
+        for every sequence of the batch), and the verify's compute still overlaps the memory
+        read; the drafter's own KV is left as it was (a small share of its read)."""
+        if round(context) == self.context or context < 0:
+            return self
+        c = self.components_ms
+        kv = _ms(self.model.kv_bytes_per_token * context * self.batch, self.hardware)
+        memory = c["weights"] + kv + c["linear_state"]
+        return replace(self, context=round(context), components_ms={
+            **c, "kv_cache": kv, "compute": max(0.0, self.verify_compute_ms - memory)})
+
     def with_prefill(self, ms_per_round: float) -> Roofline:
         """This round with other requests' prefill added (``prefill``, measured per level)."""
         if ms_per_round <= 0:

@@ -61,7 +61,8 @@ CLASS = {"prompts": ('"coding"', lambda c: c.prompts == "coding"),
          "seed": ("7", lambda c: c.sampling.seed == 7),
          "max_tpot_ms": ("30", lambda c: c.max_tpot_ms == 30),
          "tpot_percentile": ("95", lambda c: c.tpot_percentile == 95),
-         "min_goodput": ("0.9\nmax_ttft_ms = 100", lambda c: c.min_goodput == 0.9)}
+         "min_goodput": ("0.9\nmax_ttft_ms = 100", lambda c: c.min_goodput == 0.9),
+         "category": ('"writing"\nprompts = "mt.jsonl"', lambda c: c.category == ("writing",))}
 TWIN = {"launch": ('"plain --port {port}"', lambda t: t.launch == "plain --port {port}"),
         "url": ('"http://127.0.0.1:9"', lambda t: t.url == "http://127.0.0.1:9"
                 and t.origin.endswith(":12: no_speculation.url")),
@@ -146,6 +147,7 @@ def test_server_keys_reach_the_server_config(tmp_path, key, where):
 @pytest.mark.parametrize("where", ["classes.chat", "hardware.h100.classes.chat"])
 def test_class_keys_reach_the_class_budget(tmp_path, key, where):
     value, check = CLASS[key]
+    (tmp_path / "mt.jsonl").write_text('{"turns": ["x"], "category": "writing"}\n')
     tables = dict(BASE)
     tables[where] = (BASE["classes.chat"] + "\n" if key != "max_tokens" and "hardware" not in where
                      else "") + f"{key} = {value}"
