@@ -73,3 +73,15 @@ def test_a_budget_class_selects_categories_of_its_file(tmp_path):
     with pytest.raises(ConfigError, match=r"classes\.chat\.category: selects within a prompt "
                                           r"file: set prompts = \"PATH\""):
         load_budget(path)
+
+
+def test_speed_bench_rows_read_as_mt_bench_questions(tmp_path):
+    """SPEED-Bench's published fields (question_id and src_id as strings, sub_category,
+    source, difficulty, multiturn): the turns and the category are what is read."""
+    row = {"question_id": "q-1", "category": "coding", "sub_category": "python",
+           "turns": ["Write fizzbuzz.", "Now in one line."], "source": "x", "src_id": "7",
+           "difficulty": "easy", "multiturn": True}
+    path = tmp_path / "speed.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (p,) = load_prompts(str(path))
+    assert p.category == "coding" and p.follow_ups == ("Now in one line.",)
