@@ -94,9 +94,16 @@ def test_cpu_demo_budget_main_command(pytester):
     assert all(r["accept_source"] == "server" for r in doc["results"])
     assert "cpu-demo.toml::coding[cpu-c4]" in out  # per-level verdicts
     by_level = {(r["class"], r["concurrency"]): r for r in doc["results"]}
-    for name in ("coding", "repetitive"):  # the weights are read once per step for 4 sequences
+    for name in ("coding", "repetitive"):
         one, four = by_level[(name, 1)], by_level[(name, 4)]
-        assert four["aggregate_tok_s"] > 1.1 * one["aggregate_tok_s"], (one, four)
+        # the weights are read once per step for 4 sequences: the ceiling per round grows less
+        # than 4-fold (how much less is this CPU's compute; the measured aggregate's gain rides
+        # on the machine's load, so it is not asserted)
+        assert one["roofline"]["round_ms"] < four["roofline"]["round_ms"] \
+            < 4 * one["roofline"]["round_ms"], (one["roofline"], four["roofline"])
+        # the four streams really overlapped: the aggregate is several users' rates, whatever
+        # the machine's speed (one stream at a time would make the two equal)
+        assert four["aggregate_tok_s"] > 2.5 * four["decode_tok_s"], four
     for r in doc["results"]:  # the compute side is llama.cpp's own forward over the step
         hardware = r["roofline"]["hardware"]
         assert "llama-bench" in hardware["source"] and hardware["kernel_tflops"] > 0, hardware
