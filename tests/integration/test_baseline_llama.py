@@ -1,6 +1,7 @@
 """Against the last accepted run on a real llama-server (the CPU demo's models): a second run
 of the same server passes against the first; the same budget against the server with fewer
-threads fails as ``regressed`` naming the system; with a lower synthetic accept, the drafter.
+threads (about half the rate) fails as ``regressed`` naming the system; with half the synthetic
+accept, the drafter. The resolution (30%) is twice the drift this shared box showed between runs.
 Then ``specbound compare`` and ``specbound history`` read the runs."""
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ def run(pytester: pytest.Pytester, server: Server, out: str, *args: str) -> dict
     (pytester.path / "budgets").mkdir(exist_ok=True)
     (pytester.path / "budgets" / "demo.toml").write_text(llama_budget(
         Path(models["demo_gguf"]), Path(models["demo_draft_gguf"]),
-        "max_tokens = 128\naccept = [1.5, 3.6]\nmin_efficiency = 0.01\nsamples = 48\n"
-        "resolution = 0.15  # this 2-core box: 7-10% noise per request, the client sharing it"))
+        "max_tokens = 128\naccept = [1.2, 3.6]\nmin_efficiency = 0.01\nsamples = 48\n"
+        "resolution = 0.3  # a shared 2-core CI box: 7-10% noise per request, and 13% seen\n"
+        "# between two runs a minute apart; the machine's own drift must sit inside half of it\n"))
     result = pytester.runpytest_subprocess("--specbound-hw=cpu", f"--specbound-url={server.url}",
                                            "budgets/", f"--specbound-json={out}",
                                            "-p", "no:randomly", *args, timeout=600)
@@ -85,7 +87,7 @@ def test_second_run_passes_fewer_threads_is_system_lower_accept_is_drafter(pytes
     assert r["diagnosis"] == "system" and r["baseline"]["decode_change"]["change"] < -0.05
     assert any("the system slowed down" in t for t in r["text"]), r["text"]
 
-    drafter = run(pytester, demo_server(2, 2.0), "r4.json", "--specbound-baseline=r1.json")
+    drafter = run(pytester, demo_server(2, 1.5), "r4.json", "--specbound-baseline=r1.json")
     r = drafter["result"]
     assert drafter["ret"] == 1 and "regressed" in r["reasons"], drafter["out"]
     assert r["diagnosis"] == "drafter", r["text"]
