@@ -13,6 +13,7 @@ from pytest_specbound._toml import TomlTable, decode_text, loads_toml
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.twin_table import NoSpeculation, parse_twin
 from pytest_specbound.gate.where import Where
+from pytest_specbound.measure.lengths import LengthsProblem, OutputLengths
 from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
 from pytest_specbound.physics.speculative import (
     HEAD_METHODS,
@@ -47,7 +48,7 @@ class ClassBudget:
 
     name: str
     prompts: str
-    max_tokens: int
+    max_tokens: int  # the output length (a distribution's mean where one is given)
     accept: tuple[float, float] | None = None
     min_efficiency: float | None = None
     min_tok_s: float | None = None
@@ -68,6 +69,7 @@ class ClassBudget:
     top_k: int | None = None
     min_p: float | None = None
     seed: int | None = None
+    output_lengths: OutputLengths | None = None  # max_tokens as a distribution
 
     @property
     def sampling(self) -> Sampling:
@@ -374,8 +376,7 @@ def _parse_class(w: Where, table_name: str, t: Any, label: str | None = None) ->
     return ClassBudget(
         name=name,
         prompts=prompts,
-        max_tokens=w.number(table, t, "max_tokens", integer=True, low=1)
-        or default_max_tokens(prompts),
+        **_max_tokens(w, table, t, prompts),
         accept=band,
         min_efficiency=w.number(table, t, "min_efficiency", low=0, high=1),
         min_tok_s=w.number(table, t, "min_tok_s", low=0),
@@ -391,6 +392,22 @@ def _parse_class(w: Where, table_name: str, t: Any, label: str | None = None) ->
         **_slos(w, table, t),
         **_sampling(w, table, t),
     )
+
+
+def _max_tokens(w: Where, table: str, t: TomlTable, prompts: str) -> TomlTable:
+    """``max_tokens = 256``, or a distribution table ``{mean = 256, stdev = 96}`` (each request
+    its own draw; the mean stands for the class where one number is needed)."""
+    value = t.get("max_tokens")
+    if isinstance(value, dict):
+        try:
+            lengths = OutputLengths.from_table(value)
+        except LengthsProblem as exc:
+            raise w.error(table, "max_tokens", f"{exc}; e.g. {{mean = 256, stdev = 96, "
+                          f"min = 16, max = 1024}} or {{distribution = \"uniform\", min = 64, "
+                          f"max = 512}}") from None
+        return {"max_tokens": lengths.typical, "output_lengths": lengths}
+    return {"max_tokens": w.number(table, t, "max_tokens", integer=True, low=1)
+            or default_max_tokens(prompts)}
 
 
 def _slos(w: Where, table: str, t: TomlTable) -> TomlTable:

@@ -15,6 +15,7 @@ from pytest_specbound.gate.budget import Budget, ClassBudget, ModelRef
 from pytest_specbound.gate.rule import SequentialRule, resolution_of
 from pytest_specbound.gate.settings import Settings
 from pytest_specbound.gate.twin_table import NoSpeculation
+from pytest_specbound.measure.lengths import class_seed, with_lengths
 from pytest_specbound.measure.prompt_sets import select
 from pytest_specbound.measure.prompts import load_prompts
 from pytest_specbound.measure.speedup import Baseline, Earlier
@@ -89,6 +90,10 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
     origin = budget.origin(f"classes.{cls.name}.prompts")
     prompts = tuple(select(load_prompts(cls.prompts, origin), cls.category, origin))
     warmup = cls.warmup if cls.warmup is not None else settings.warmup
+    if cls.output_lengths is not None:  # the same draws in every run of this class
+        prompts = with_lengths(prompts, cls.output_lengths,
+                               rule.max_samples + concurrency * (warmup + 1),
+                               class_seed(f"{budget.path.name}::{cls.name}"))
     return ClassPlan(budget, cls, hw, roof, server_config(budget, settings), values, concurrency,
                      rule, prompts, warmup, settings.max_seconds, base)
 

@@ -167,6 +167,7 @@ class ClassResult:
     command: str | None = None  # the server measured: its launch command (filled), or its URL
     backend: str | None = None  # the server family measured (sglang, vllm, llamacpp, ...)
     sampling: JSONObject = field(default_factory=dict)  # what each request asked (temperature...)
+    output_lengths: JSONObject = field(default_factory=dict)  # max_tokens, or its distribution
     tpot_ms: Ttft = field(default_factory=Ttft)  # time per output token: median, p90, p99
     goodput: float | None = None  # the share of requests meeting every SLO the class sets
     max_tpot_ms: float | None = None
@@ -251,6 +252,7 @@ class ClassResult:
             "base_decode_tok_s": self.base_decode_tok_s, "base": self.base,
             "draft_step_ms": self.draft_step_ms, "command": self.command,
             "backend": self.backend, "sampling": dict(self.sampling),
+            "output_lengths": dict(self.output_lengths),
             "tpot_ms": {"median": self.tpot_ms.median, "p90": self.tpot_ms.p90,
                         "p99": self.tpot_ms.p99},
             "goodput": self.goodput, "max_tpot_ms": self.max_tpot_ms,
@@ -318,6 +320,7 @@ class ClassResult:
             speedup_bounds=_pair(d, "speedup_bounds"), base=_object(d, "base") or None,
             draft_step_ms=_object(d, "draft_step_ms") or None, command=_str(d, "command"),
             backend=_str(d, "backend"), sampling=dict(_object(d, "sampling")),
+            output_lengths=dict(_object(d, "output_lengths")),
             tpot_ms=Ttft(*(_float(_object(d, "tpot_ms"), k) for k in ("median", "p90", "p99"))),
             goodput=_float(d, "goodput"), max_tpot_ms=_float(d, "max_tpot_ms"),
             tpot_percentile=_float(d, "tpot_percentile"), min_goodput=_float(d, "min_goodput"),

@@ -266,7 +266,9 @@ def base_result(plan: ClassPlan) -> ClassResult:
         roofline=RooflineFigures.of(roof), partial=True, concurrency=plan.concurrency,
         level_ids=cls.level_ids, max_ttft_ms=cls.max_ttft_ms, sampling=cls.sampling.given(),
         max_tpot_ms=cls.max_tpot_ms, min_goodput=cls.min_goodput,
-        tpot_percentile=cls.tpot_percentile if cls.max_tpot_ms is not None else None)
+        tpot_percentile=cls.tpot_percentile if cls.max_tpot_ms is not None else None,
+        output_lengths=cls.output_lengths.to_json() if cls.output_lengths
+        else {"max_tokens": cls.max_tokens})
 
 
 def running_result(base: ClassResult, look: Look, plan: ClassPlan,

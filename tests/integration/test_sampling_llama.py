@@ -88,3 +88,28 @@ def test_an_mt_bench_file_by_category_runs_two_turns(pytester, launch_llama, ggu
                       ["usage"]["prompt_tokens"])
     for q in r["requests"]:  # turn 2: both user turns and a 48-token answer in its prompt
         assert q["prompt_tokens"] > min(single) + 48, (q["prompt_tokens"], single)
+
+
+def test_output_lengths_drawn_per_request_are_what_each_request_got(pytester, launch_llama,
+                                                                     gguf_models):
+    """``max_tokens`` as a distribution: request i asks for draw i of the class's seeded
+    generator, and llama-server (ignore_eos) returns exactly that many tokens."""
+    from pytest_specbound.measure.lengths import OutputLengths, class_seed
+
+    srv = launch_llama("target", *NGRAM)
+    pytester.makeini(PYTESTER_INI)
+    (pytester.path / "budgets").mkdir()
+    (pytester.path / "budgets" / "o.toml").write_text(
+        llama_budget(gguf_models["target"], gguf_models["draft"],
+                     'max_tokens = {distribution = "uniform", min = 16, max = 96}\nsamples = 8')
+        .replace('method = "draft"', 'method = "ngram"'))
+    out = pytester.runpytest_subprocess("--specbound-hw=cpu", f"--specbound-url={srv.url}",
+                                        "budgets/", "--specbound-json=r.json", timeout=300)
+    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
+    assert r["output_lengths"] == {"distribution": "uniform", "mean": 56.0,
+                                   "stdev": pytest.approx(23.09, abs=0.01), "min": 16,
+                                   "max": 96}, out.stdout.str()
+    got = [q["completion_tokens"] for q in r["requests"]]
+    drawn = OutputLengths.from_table({"distribution": "uniform", "min": 16, "max": 96}).draw(
+        len(got), class_seed("o.toml::coding"))
+    assert got == drawn and len(set(got)) > 3, (got, drawn)
