@@ -13,6 +13,7 @@ from pytest_specbound._toml import TomlTable, decode_text, loads_toml
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.twin_table import NoSpeculation, parse_twin
 from pytest_specbound.gate.where import Where
+from pytest_specbound.measure.hub_sets import is_hub
 from pytest_specbound.measure.lengths import LengthsProblem, OutputLengths
 from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
 from pytest_specbound.physics.speculative import (
@@ -347,11 +348,12 @@ def _parse_class(w: Where, table_name: str, t: Any, label: str | None = None) ->
                                label=name)
         levels[level] = {k: getattr(checked, k) for k in values}
     prompts = w.string(table, t, "prompts") or name
-    if prompts not in BUILTIN and not prompts.endswith((".jsonl", ".json")):
+    if prompts not in BUILTIN and not prompts.endswith((".jsonl", ".json")) \
+            and not is_hub(prompts):
         raise w.error(table, "prompts", f"unknown prompt set '{prompts}'; valid: "
-                      f"{', '.join(BUILTIN)} or a .jsonl / .json file (plain prompts, "
-                      "MT-bench questions, ShareGPT conversations)")
-    if prompts.endswith((".jsonl", ".json")):
+                      f"{', '.join(BUILTIN)}, a .jsonl / .json file (plain prompts, "
+                      "MT-bench questions, ShareGPT conversations) or hf:DATASET[:CONFIG][@SPLIT]")
+    if prompts.endswith((".jsonl", ".json")) and not is_hub(prompts):
         resolved = (w.path.parent / prompts)
         if not resolved.is_file():
             raise w.error(table, "prompts", f"no such file: {resolved}")

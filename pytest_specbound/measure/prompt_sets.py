@@ -38,14 +38,18 @@ def entries(text: str, origin: str) -> list[tuple[str, Any]]:
     return out
 
 
-def to_prompt(obj: Any, where: str) -> Prompt:
-    """One entry in any of the formats as a prompt (with follow-up turns where it has them)."""
+def to_prompt(obj: Any, where: str, other_keys: bool = False) -> Prompt:
+    """One entry in any of the formats as a prompt (with follow-up turns where it has them).
+    ``other_keys``: a plain entry may carry columns of its own (a hub dataset's ids and
+    references); a file's unknown key is an error (a typo)."""
     if not isinstance(obj, dict):
         raise ConfigError(f"{where}: expected an object ({FORMATS})")
     category = obj.get("category")
     category = str(category) if category is not None else None
     if "turns" in obj:
         return _turns(obj.get("turns"), category, where, "turns")
+    if isinstance(obj.get("prompt"), list):  # the hub's MT-bench (HuggingFaceH4): a list of turns
+        return _turns(obj["prompt"], category, where, "prompt")
     if "conversations" in obj or "conversation" in obj:
         conv = obj.get("conversations", obj.get("conversation"))
         if not isinstance(conv, list):
@@ -53,10 +57,10 @@ def to_prompt(obj: Any, where: str) -> Prompt:
         humans = [c.get("value") for c in conv if isinstance(c, dict) and c.get("from") in HUMAN]
         return _turns(humans, category, where, "conversations")
     unknown = set(obj) - PLAIN_KEYS
-    if unknown:
+    if unknown and not other_keys:
         raise ConfigError(f"{where}: unknown key '{sorted(unknown)[0]}'; valid: prompt, "
                           f"messages, max_tokens, category (or {FORMATS})")
-    return _plain(obj, category, where)
+    return _plain({k: v for k, v in obj.items() if k in PLAIN_KEYS}, category, where)
 
 
 def _turns(turns: Any, category: str | None, where: str, key: str) -> Prompt:
