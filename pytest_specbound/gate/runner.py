@@ -127,7 +127,8 @@ def measure_class(plan: ClassPlan, pool: ServerPool, on_record: Progress | None 
                                    f"{plan.what} ({worker_label()})", say):
             info, served = checked_server(plan, server, backend)
             base = replace(base, served=served.to_json())
-            m, telemetry = sample(plan, server, backend, info, rule, progress)
+            m, telemetry = sample(plan, server, backend, info, rule, progress,
+                                  served.speculative)
     except KeyboardInterrupt:  # before sampling began (lock, info, warm-up): say so too
         if not last.interrupted:
             progress(replace(last, stop=Stop.INTERRUPTED, stopped="interrupted",
@@ -153,11 +154,13 @@ def checked_server(plan: ClassPlan, server: Server, backend: Backend) -> tuple[S
 
 
 def sample(plan: ClassPlan, server: Server, backend: Backend, info: ServerInfo,
-           rule: SequentialRule, progress: Progress) -> tuple[Measurement, JSONObject | None]:
+           rule: SequentialRule, progress: Progress, drafting: bool | None = None
+           ) -> tuple[Measurement, JSONObject | None]:
     """The requests themselves (one stream, or a closed loop at the level), GPU telemetry
-    sampled alongside."""
+    sampled alongside. ``drafting``: the server said it speculates (a request it reports as
+    drafting nothing then verified one token per step)."""
     sampler = Sampler(server.endpoint, backend, plan.server.model_id, plan.roof.max_accept,
-                      sampling=plan.cls.sampling)
+                      sampling=plan.cls.sampling, drafting=drafting)
     cls = plan.cls
     tele = gpu_telemetry(plan.hw, server)
     telemetry: JSONObject | None = None

@@ -221,4 +221,5 @@ def stream_samplers(sampler: Sampler, n: int) -> list[Sampler]:
     """``n`` samplers like ``sampler``, each with a connection of its own, none scraping
     counters per request (other streams move them)."""
     return [Sampler(sampler.endpoint.clone(), sampler.backend, sampler.model, sampler.max_accept,
-                    counters_per_request=False, sampling=sampler.sampling) for _ in range(n)]
+                    counters_per_request=False, sampling=sampler.sampling,
+                    drafting=sampler.drafting) for _ in range(n)]

@@ -122,9 +122,10 @@ class Sampler:
 
     def __init__(self, endpoint: Endpoint, backend: Backend, model: str | None = None,
                  max_accept: int = DEFAULT_MAX_ACCEPT, counters_per_request: bool = True,
-                 sampling: Sampling = GREEDY) -> None:
+                 sampling: Sampling = GREEDY, drafting: bool | None = None) -> None:
         self.endpoint = endpoint
         self.sampling = sampling
+        self.drafting = drafting  # the server said it speculates (its settings, its launch)
         self.backend = backend
         self.model = model
         self.max_accept = max(1, max_accept)
@@ -158,6 +159,10 @@ class Sampler:
         except RequestError as exc:
             return RequestRecord(error=str(exc))
         clock_in_fields = record.server_decode_s is not None  # before any counter deltas
+        if self.drafting and record.accept_source != "server":
+            undrafted = self.backend.undrafted_accept(record)
+            if undrafted is not None:  # the server's word: nothing drafted, one token a step
+                record = replace(record, accept_length=undrafted, accept_source="server")
         after = self._scrape() if before is not None else None
         delta = None
         if after is not None and before is not None:

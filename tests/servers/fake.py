@@ -37,6 +37,13 @@ class Script:
     encoding: str | None = None  # a gateway that compresses the stream (gzip, deflate, br) anyway
     api_key: str | None = None  # vLLM --api-key: /v1/* needs "Authorization: Bearer KEY"
     auth_all: bool = False  # a gateway in front: every route needs the key, /health too
+    drafted: bool = True  # False: llama-server drafted nothing, and leaves draft_n out
+
+    def draft_fields(self) -> dict[str, int]:
+        """llama-server's per-request draft counters (absent where it drafted nothing)."""
+        if not self.drafted:
+            return {}
+        return {"draft_n": 3 * len(self.steps), "draft_n_accepted": sum(k - 1 for k in self.steps)}
 
     @property
     def completion_tokens(self) -> int:
@@ -432,14 +439,13 @@ class _Handler(BaseHTTPRequestHandler):
                              "stop": False, "id_slot": -1, "tokens_predicted": sent})
         predicted_ms = (time.perf_counter() - start) * 1e3
         n = self.s.completion_tokens
-        accepted = sum(k - 1 for k in self.s.steps)
         self._count()
         self._event({"index": 0, "content": "", "tokens": [], "stop": True,
                      "model": self.s.model, "tokens_predicted": n, "stop_type": "limit",
                      "timings": {"cache_n": 0, "prompt_n": prompt_n, "prompt_ms": 10.0,
                                  "predicted_n": n, "predicted_ms": predicted_ms,
                                  "predicted_per_second": 1e3 * (n - 1) / predicted_ms,
-                                 "draft_n": 3 * len(self.s.steps), "draft_n_accepted": accepted}})
+                                 **self.s.draft_fields()}})
         self._end_sse()
 
     def _sglang_native(self, body: dict[str, Any]) -> None:
@@ -511,8 +517,7 @@ class _Handler(BaseHTTPRequestHandler):
                 ms = (time.perf_counter() - start) * 1e3
                 final["timings"] = {"prompt_n": 12, "predicted_n": total, "predicted_ms": ms,
                                     "predicted_per_second": 1e3 * (total - 1) / ms,
-                                    "draft_n": 3 * len(self.s.steps),
-                                    "draft_n_accepted": sum(k - 1 for k in self.s.steps)}
+                                    **self.s.draft_fields()}
             self._event(final)
         self._event("[DONE]")
         self._end_sse()

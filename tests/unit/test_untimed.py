@@ -85,3 +85,17 @@ def test_vllm_server_clock_on_every_request(per_request):
     assert all(r.server_decode_s and r.server_decode_s > 0 for r in m.records)
     assert m.accept_source == ("server" if per_request else "metrics")
     assert abs(m.clock_ratio - 1) < 0.2
+
+
+@pytest.mark.parametrize(("drafting", "source"), [(True, "server"), (None, "metrics")])
+def test_a_request_llama_server_drafted_nothing_for_is_accept_one(drafting, source):
+    """llama-server leaves draft_n out of a request it drafted nothing for (an n-gram drafter
+    with no match): on a server known to speculate that is its word for one token a step;
+    without that knowledge the figure comes from elsewhere (here the counters)."""
+    with FakeServer("llamacpp", Script(steps=[1] * 12, drafted=False)) as srv:
+        m = measure(Sampler(Endpoint(srv.url), get_backend("llamacpp"), max_accept=4,
+                            drafting=drafting), load_prompts("chat"), 13, FixedCount(3), warmup=0)
+    assert [r.accept_source for r in m.records] == [source] * 3
+    assert all(r.accept_length == pytest.approx(1.0, abs=0.35) for r in m.records)
+    if drafting:
+        assert all(r.accept_length == 1.0 for r in m.records)

@@ -191,6 +191,11 @@ class Backend:
         totals = counter_totals(body.decode("utf-8", "replace"), self.metric_names)
         return totals if totals else None
 
+    def undrafted_accept(self, record: RequestRecord) -> float | None:
+        """1.0 where the server's own fields say this request drafted nothing (on a server
+        that speculates: each step then verified one token); None where they cannot say."""
+        return None
+
     def accept_from_deltas(self, delta: dict[str, float], requests: int = 1) -> float | None:
         """Accept length from counter deltas over a window that covers ``requests`` requests
         (one at concurrency 1; every request of a level's window at higher concurrency)."""

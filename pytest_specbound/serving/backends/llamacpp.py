@@ -99,6 +99,15 @@ class LlamaCpp(Backend):
                 changes.update(accept_length=accept, accept_source="server")
         return replace(record, **changes)
 
+    def undrafted_accept(self, record: RequestRecord) -> float | None:
+        # llama-server leaves draft_n out of a request's timings when it drafted nothing
+        # (an n-gram drafter that found no match)
+        timings = (record.server or {}).get("timings")
+        if isinstance(timings, dict) and "draft_n" not in timings \
+                and int(timings.get("predicted_n", 0) or 0) > 0:
+            return 1.0
+        return None
+
     def accept_from_deltas(self, delta: dict[str, float], requests: int = 1) -> float | None:
         drafts = delta.get(DRAFTS, 0.0)
         return 1 + delta.get(ACCEPTED, 0.0) / drafts if drafts > 0 else None
