@@ -5,6 +5,7 @@ composes them into the verdict, and the sequential rule asks them whether the cl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -207,7 +208,8 @@ def slo_shares(budget: ClassBudget, m: Measurement,
         value = percentile(tpot_values(m), q / 100)
         shown = f"TPOT p{q:g} {value:.2f} ms" if value is not None else f"TPOT p{q:g} -"
         share = _share(met_slos(m, None, budget.max_tpot_ms))
-        side, evidence = _share_side(Threshold.TPOT_MS, share, q / 100, decisions)
+        side, evidence = side_of(Threshold.TPOT_MS, value if value is not None else math.inf,
+                                 budget.max_tpot_ms, decisions)
         out.append(Evaluation(side, "system", "tpot_above_max" if side == Side.BAD else None,
                               (f"{shown} > max_tpot_ms {budget.max_tpot_ms:g} (only {share:.1%} "
                                f"of requests within it, p{q:g} asks {q / 100:.0%})",)

@@ -10,7 +10,7 @@ from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.gate.evaluate import thresholds_decided
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prefill import level_roofline
-from pytest_specbound.measure.proportion import decide_share, met_slos
+from pytest_specbound.measure.proportion import decide_share, decide_tpot, met_slos, tpot_values
 from pytest_specbound.measure.sequential import (
     MIN_DECISION,
     Decision,
@@ -86,8 +86,8 @@ def _share(cls: ClassBudget, t: Limit, m: Measurement, alpha: float, resolution:
            min_n: int) -> Decision:
     """A share of requests as a sequential proportion test (measure/proportion.py)."""
     if t.threshold is Threshold.TPOT_MS:
-        return decide_share(met_slos(m, None, t.value), cls.tpot_percentile / 100, alpha,
-                            resolution, min_n=min_n)
+        return decide_tpot(tpot_values(m), t.value, cls.tpot_percentile / 100, alpha,
+                           resolution, min_n=min_n)
     return decide_share(met_slos(m, cls.max_ttft_ms, cls.max_tpot_ms), t.value, alpha,
                         resolution, min_n=min_n)
 

@@ -24,21 +24,25 @@ def run(pytester: pytest.Pytester, url: str, out: str, *args: str,
 
 
 def test_same_server_passes_a_slower_one_regresses_as_system(pytester_env):
+    # a 20% resolution: the fake's sleeps overshoot on a loaded machine (parallel tests), and
+    # what is tested is the comparison's logic, not this machine's steadiness
+    loose = "--specbound-resolution=0.2"
     with FakeServer("vllm", Script(step_s=0.007)) as srv:
-        first, _ = run(pytester_env, srv.url, "r1.json")
+        first, _ = run(pytester_env, srv.url, "r1.json", loose)
         assert first.ret == 0
-        again, r = run(pytester_env, srv.url, "r2.json", "--specbound-baseline=r1.json")
+        again, r = run(pytester_env, srv.url, "r2.json", "--specbound-baseline=r1.json", loose)
     assert again.ret == 0, again.stdout.str()
     b = r["baseline"]
-    assert b["label"].startswith("baseline run 20") and abs(b["decode_change"]["change"]) < 0.05
+    assert b["label"].startswith("baseline run 20") and abs(b["decode_change"]["change"]) < 0.1
     assert b["decode"]["side"] == "ok" and "regressed" not in r["reasons"]
     assert "vs baseline run" in again.stdout.str()
-    with FakeServer("vllm", Script(step_s=0.0085)) as slow:  # 21% slower rounds, same accept
-        slower, r = run(pytester_env, slow.url, "r3.json", "--specbound-baseline=r1.json")
+    with FakeServer("vllm", Script(step_s=0.014)) as slow:  # rounds twice as long, same accept
+        slower, r = run(pytester_env, slow.url, "r3.json", "--specbound-baseline=r1.json", loose)
     assert slower.ret == 1
     assert r["verdict"] == "fail" and r["diagnosis"] == "system" and "regressed" in r["reasons"]
+    assert r["baseline"]["decode_change"]["change"] < -0.3, r["baseline"]
     text = "\n".join(r["text"])
-    assert "decode -1" in text and "against baseline run" in text
+    assert "decode -" in text and "against baseline run" in text
     assert "the system slowed down" in text and "REGRESSED" in slower.stdout.str()
 
 
