@@ -18,9 +18,10 @@ from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.result import ClassResult
 
 
-def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
+def write_plot(path: Path, results: Sequence[ClassResult]) -> list[str]:
     """The plot, one row of panels per hardware (runs merged by ``specbound report`` plot
-    each runner's hardware in its own row)."""
+    each runner's hardware in its own row); returns the panels' titles, with each panel's
+    legend entries after a colon."""
     plt = pyplot()
     hardware = sorted({r.hardware for r in results}) or [""]
     leveled = any(r.concurrency > 1 for r in results)
@@ -40,7 +41,12 @@ def write_plot(path: Path, results: Sequence[ClassResult]) -> None:
     fig.tight_layout()
     with replacing(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+    panels = [f"{ax.get_title()}: " + ", ".join(t.get_text() for t in
+                                               (ax.get_legend().get_texts() if ax.get_legend()
+                                                else ()))
+              for row in axes for ax in row]
     plt.close(fig)
+    return panels
 
 
 def pyplot() -> Any:

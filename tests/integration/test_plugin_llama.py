@@ -85,7 +85,8 @@ def test_cpu_demo_budget_main_command(pytester):
     """The README's main job: the shipped CPU demo budget launches a real llama-server."""
     shutil.copy(ROOT / "budgets" / "cpu-demo.toml", pytester.path / "cpu-demo.toml")
     result = pytester.runpytest_subprocess("--specbound-hw=cpu", "cpu-demo.toml",
-                                           "--specbound-json=r.json", timeout=600)
+                                           "--specbound-json=r.json",
+                                           "--specbound-plot=plot.png", timeout=600)
     out = result.stdout.str()
     assert "specbound summary" in out and "cpu-demo.toml::coding" in out, out
     doc = json.loads((pytester.path / "r.json").read_text())
@@ -122,3 +123,17 @@ def test_cpu_demo_budget_main_command(pytester):
     assert "other requests' prefill per round, measured: " in line, line
     assert "coding " in line.split("measured: ")[1] and "repetitive " in line, line
     result.assert_outcomes(passed=4)
+    assert (pytester.path / "plot.png").stat().st_size > 20_000
+    # the Pareto panel: each class's two levels measured under its roofline frontier
+    from pytest_specbound.gate.result import ClassResult
+    from pytest_specbound.report.plot import pareto_points, write_plot
+
+    results = [ClassResult.from_json(r) for r in doc["results"]]
+    for name in ("coding", "repetitive"):
+        measured, frontier = pareto_points([r for r in results if r.class_name == name])
+        assert len(measured) == len(frontier) == 2, (measured, frontier)
+        assert all(y <= fy for (_, y), (_, fy) in zip(measured, frontier, strict=True))
+        assert frontier[0][1] > frontier[1][1] and frontier[0][0] < frontier[1][0]  # the trade
+    panels = write_plot(pytester.path / "again.png", results)
+    (pareto,) = [p for p in panels if p.startswith("throughput vs interactivity")]
+    assert "roofline frontier coding" in pareto and "roofline frontier repetitive" in pareto
