@@ -19,6 +19,23 @@ pytestmark = pytest.mark.integration
 NGRAM = ("--spec-type", "ngram-mod")  # drafts on both (ngram-simple drafts nothing greedy here)
 
 
+def run_ngram_class(pytester, srv, gguf_models, name: str, coding: str,
+                    prompts: str | None = None):
+    """``budgets/NAME.toml``: the n-gram budget's coding class with ``coding`` (and another
+    prompt set), run against ``srv``; (the run's output, the class's result)."""
+    pytester.makeini(PYTESTER_INI)
+    (pytester.path / "budgets").mkdir(exist_ok=True)
+    text = llama_budget(gguf_models["target"], gguf_models["draft"], coding) \
+        .replace('method = "draft"', 'method = "ngram"')
+    if prompts:
+        text = text.replace('prompts = "coding"', f'prompts = "{prompts}"')
+    (pytester.path / "budgets" / f"{name}.toml").write_text(text)
+    out = pytester.runpytest_subprocess("--specbound-hw=cpu", f"--specbound-url={srv.url}",
+                                        "budgets/", "--specbound-json=r.json", timeout=300)
+    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
+    return out, r
+
+
 def test_sampling_lowers_the_ngram_accept_and_each_is_the_servers_own(launch_llama):
     srv = launch_llama("target", *NGRAM)
     found = {}
@@ -41,15 +58,8 @@ def test_sampling_lowers_the_ngram_accept_and_each_is_the_servers_own(launch_lla
 
 def test_a_sampled_class_says_how_it_sampled(pytester, launch_llama, gguf_models):
     srv = launch_llama("target", *NGRAM)
-    pytester.makeini(PYTESTER_INI)
-    (pytester.path / "budgets").mkdir()
-    (pytester.path / "budgets" / "s.toml").write_text(
-        llama_budget(gguf_models["target"], gguf_models["draft"],
-                     "max_tokens = 96\ntemperature = 0.7\ntop_p = 0.95\nseed = 3\nsamples = 8")
-        .replace('method = "draft"', 'method = "ngram"'))
-    out = pytester.runpytest_subprocess("--specbound-hw=cpu", f"--specbound-url={srv.url}",
-                                        "budgets/", "--specbound-json=r.json", timeout=300)
-    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
+    out, r = run_ngram_class(pytester, srv, gguf_models, "s", "max_tokens = 96\ntemperature = "
+                             "0.7\ntop_p = 0.95\nseed = 3\nsamples = 8")
     assert r["sampling"] == {"temperature": 0.7, "top_p": 0.95, "seed": 3}
     assert "s.toml::coding (temperature 0.7, top_p 0.95, seed 3)" in out.stdout.str()
 
@@ -58,7 +68,6 @@ def test_an_mt_bench_file_by_category_runs_two_turns(pytester, launch_llama, ggu
     """Each question's first turn is answered by the server, unmeasured; the second turn is
     sent with that answer and measured: its prompt holds both turns and the answer."""
     srv = launch_llama("target", *NGRAM)
-    pytester.makeini(PYTESTER_INI)
     (pytester.path / "budgets").mkdir()
     questions = [{"question_id": i, "category": cat, "turns": [first, "Now say it again, shorter."]}
                  for i, (cat, first) in enumerate([("writing", "Write a short poem about the sea."),
@@ -66,14 +75,8 @@ def test_an_mt_bench_file_by_category_runs_two_turns(pytester, launch_llama, ggu
                                                    ("math", "What is 12 times 12?")])]
     (pytester.path / "budgets" / "mt.jsonl").write_text(
         "\n".join(json.dumps(q) for q in questions))
-    (pytester.path / "budgets" / "mt.toml").write_text(
-        llama_budget(gguf_models["target"], gguf_models["draft"],
-                     'category = "writing"\nmax_tokens = 48\nsamples = 4')
-        .replace('method = "draft"', 'method = "ngram"')
-        .replace('prompts = "coding"', 'prompts = "mt.jsonl"'))
-    out = pytester.runpytest_subprocess("--specbound-hw=cpu", f"--specbound-url={srv.url}",
-                                        "budgets/", "--specbound-json=r.json", timeout=300)
-    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
+    out, r = run_ngram_class(pytester, srv, gguf_models, "mt",
+                             'category = "writing"\nmax_tokens = 48\nsamples = 4', "mt.jsonl")
     assert r["verdict"] == "pass", out.stdout.str()
     single = []
     for q in questions[:2]:  # the first turn alone, as the server counts its prompt
@@ -95,15 +98,8 @@ def test_output_lengths_drawn_per_request_are_what_each_request_got(pytester, la
     from pytest_specbound.measure.lengths import OutputLengths, class_seed
 
     srv = launch_llama("target", *NGRAM)
-    pytester.makeini(PYTESTER_INI)
-    (pytester.path / "budgets").mkdir()
-    (pytester.path / "budgets" / "o.toml").write_text(
-        llama_budget(gguf_models["target"], gguf_models["draft"],
-                     'max_tokens = {distribution = "uniform", min = 16, max = 96}\nsamples = 8')
-        .replace('method = "draft"', 'method = "ngram"'))
-    out = pytester.runpytest_subprocess("--specbound-hw=cpu", f"--specbound-url={srv.url}",
-                                        "budgets/", "--specbound-json=r.json", timeout=300)
-    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
+    out, r = run_ngram_class(pytester, srv, gguf_models, "o", 'max_tokens = {distribution = '
+                             '"uniform", min = 16, max = 96}\nsamples = 8')
     assert r["output_lengths"] == {"distribution": "uniform", "mean": 56.0,
                                    "stdev": pytest.approx(23.09, abs=0.01), "min": 16,
                                    "max": 96}, out.stdout.str()
