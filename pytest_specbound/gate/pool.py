@@ -50,8 +50,9 @@ class ServerPool:
                 self._failed[key] = str(exc)
                 raise
         server, backend = self._servers[key]
-        if not server.alive():
-            raise ServerError(f"the server died during the run; log {server.log_path}")
+        death = server.death("during the run")
+        if death:
+            raise ServerError(death)
         return server, backend
 
     def _files(self, key: str) -> tuple[Path, Path]:

@@ -134,6 +134,9 @@ def measure_class(plan: ClassPlan, pool: ServerPool, on_record: Progress | None 
             progress(replace(last, stop=Stop.INTERRUPTED, stopped="interrupted",
                              interrupted=True))
         raise
+    death = server.death("while it was measured")  # its requests failed: say why, by signal
+    if death:
+        raise ServerError(death)
     # the final look: the whole measurement, its transient excluded
     return Measured(rule.look(m), served, backend, telemetry, started,
                     launched_command(server, plan.server) if server.owned else server.url)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specbound.errors import PortTaken, RequestError, ServerError
+from pytest_specbound.serving.exit_status import describe_exit
 from pytest_specbound.serving.transport import ApiKey, Endpoint, TLSFailed
 
 DEFAULT_HOST = "127.0.0.1"
@@ -247,8 +248,17 @@ class Server:
             raise PortTaken(f"port {port} on {host} was taken by another process while the "
                             f"server started (it exited with code {code}); log {self.log_path}: "
                             f"{tail}")
-        raise ServerError(f"server exited with code {code} while starting; log {self.log_path}: "
-                          f"{tail}")
+        raise ServerError(f"{describe_exit(code, self.argv, 'while starting')}; "
+                          f"log {self.log_path}: {tail}")
+
+    def death(self, when: str) -> str | None:
+        """How a server we launched ended, in one line with its log's tail; None while it runs
+        (or when we did not launch it)."""
+        code = None if self.process is None else self.process.poll()
+        if code is None:
+            return None
+        return (f"{describe_exit(code, self.argv, when)}; log {self.log_path}: "
+                f"{self._tail() or '(empty)'}")
 
     def alive(self) -> bool:
         return self.process is None or self.process.poll() is None

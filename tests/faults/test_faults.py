@@ -56,6 +56,52 @@ def test_server_exiting_at_once_reports_code_and_log_tail(tmp_path):
     assert "\n" not in msg and str(tmp_path) in msg
 
 
+def _dies_of_sigill(folder: Path, name: str) -> list[str]:
+    """A program called ``name`` that starts as llama-server does and dies of an illegal
+    instruction, as a build for another CPU does on its first quantized matmul."""
+    program = folder / name
+    program.write_text(f"#!{sys.executable}\nimport os, signal\n"
+                       "print('llama threadpool init, n_threads = 2', flush=True)\n"
+                       "os.kill(os.getpid(), signal.SIGILL)\n")
+    program.chmod(0o755)
+    return [str(program), "--port", "{port}"]
+
+
+def test_a_server_killed_by_a_signal_is_named_by_it_with_its_likely_cause(tmp_path):
+    with pytest.raises(ServerError) as err:
+        start_server(LaunchSpec(_dies_of_sigill(tmp_path, "llama-server")), ("/health",), 30,
+                     tmp_path)
+    msg = str(err.value)
+    assert msg.startswith("llama-server died of SIGILL (illegal instruction) while starting: "
+                          "its build uses CPU instructions this host does not allow"), msg
+    assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF"' in msg and "llama threadpool init" in msg
+    assert "\n" not in msg and "code -4" not in msg
+
+
+def test_a_server_that_dies_of_a_signal_while_measured_is_named_in_the_class_error(pytester):
+    launch = (f'launch = "{sys.executable} -m tests.servers.fake --family vllm --port {{port}} '
+              '--fault sigill"')
+    _pytester_budget(pytester, _budget(launch))
+    result = pytester.runpytest("--specbound-hw=h100", "--specbound-samples=4",
+                                "--specbound-json=r.json")
+    out = result.stdout.str()
+    assert result.ret == 1 and "Traceback" not in out, out
+    needle = "tests.servers.fake died of SIGILL (illegal instruction) while it was measured"
+    assert needle in out, out
+    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
+    assert r["verdict"] == "error" and any(needle in t for t in r["text"]), r["text"]
+
+
+def test_the_cli_names_the_signal_too(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pytest_specbound.cli", "measure", "--launch",
+                           " ".join(_dies_of_sigill(tmp_path, "llama-server")), "--backend",
+                           "llamacpp", "--log-dir", str(tmp_path / "logs")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "llama-server died of SIGILL (illegal instruction) while starting" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
 # 2. never ready --------------------------------------------------------------------------------
 def test_never_ready_names_url_and_log_tail(tmp_path):
     cmd = [*FAKE, "--family", "llamacpp", "--port", "{port}", "--ready-after-s", "60"]
@@ -219,7 +265,7 @@ def test_a_taken_port_after_all_retries_is_one_line(tmp_path, port_thief):
 def test_a_server_that_cannot_bind_a_free_port_is_not_retried(tmp_path):
     """Nobody holds the port: the server's own failure, shown once (no retry on a log word)."""
     cmd = [sys.executable, "-c", "import sys; sys.exit('error: bind: address already in use')"]
-    with pytest.raises(ServerError, match="server exited with code 1 while starting") as info:
+    with pytest.raises(ServerError, match=r"python.* exited with code 1 while starting") as info:
         start_server(LaunchSpec(cmd, env=ENV), ("/health",), 20, tmp_path)
     assert type(info.value) is ServerError
     assert len(list(tmp_path.glob("server-*.log"))) == 1  # launched once

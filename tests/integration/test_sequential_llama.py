@@ -23,8 +23,10 @@ from pytest_specbound.measure.sequential import Metric, per_request
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.roofline import Roofline
 from tests.integration.budgets import llama_budget
+from tests.integration.host_load import HostLoad
 
 pytestmark = pytest.mark.integration
+TRIES = 4  # measurements of a block, until one the box's load held still through
 
 
 def budget_text(gguf_models: dict[str, Path], min_eff: float, accept: str | None = None) -> str:
@@ -62,9 +64,21 @@ def run(tmp_path: Path, served, text: str, **options: str):
 def paired_block(tmp_path: Path, served, gguf_models, pairs: int, seed: int):
     """``2 * pairs`` consecutive real requests split at random within each pair: one half for
     the rule, the other to measure the truth of the same minutes. This machine's speed moves by
-    10-20% from one minute to the next, so a truth measured before a run is not the run's."""
-    r = run(tmp_path, served, budget_text(gguf_models, 0.0001),
-            specbound_samples=str(2 * pairs), specbound_min_samples=str(2 * pairs))
+    10-20% from one minute to the next, so a truth measured before a run is not the run's.
+    A block through which the box's load started or stopped (measured beside it) mixes two
+    machines, whose spread no rule at a 5% resolution decides in a few dozen requests: such a
+    block is measured again, up to :data:`TRIES` times, and the test skipped, saying what the
+    box did, if it never held still."""
+    seen = []
+    for _ in range(TRIES):
+        with HostLoad(served.process.pid) as load:
+            r = run(tmp_path, served, budget_text(gguf_models, 0.0001),
+                    specbound_samples=str(2 * pairs), specbound_min_samples=str(2 * pairs))
+        if load.window.steady:
+            break
+        seen.append(str(load.window))
+    else:
+        pytest.skip(f"the box's load moved through each of {TRIES} blocks: " + "; ".join(seen))
     assert r.samples == 2 * pairs and r.status == "pass", r.verdict.text
     rng = random.Random(seed)
     judged, truth = [], []

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 FAULTS = ("die", "stall", "truncate", "badjson", "http400", "http500", "nometrics",
-          "streamerror", "redirect", "ratelimit", "json200", "html200")
+          "streamerror", "redirect", "ratelimit", "json200", "html200", "sigill")
 
 
 @dataclass
@@ -177,6 +177,11 @@ class _Handler(BaseHTTPRequestHandler):
         fault = self.s.fault
         self._events += 1
         if fault and self._events > self.s.fault_after:
+            if fault == "sigill":  # the whole process, as a build for another CPU dies
+                import os  # (launched fakes only: in-process, it would kill the tests)
+                import signal
+
+                os.kill(os.getpid(), signal.SIGILL)
             if fault == "die":
                 self.wfile.flush()
                 self.connection.shutdown(2)
