@@ -9,6 +9,7 @@ from collections.abc import Sequence
 MAX_CONCURRENCY = 1024  # closed-loop streams per level (budget key, flags, specbound measure)
 # the relative miss of a threshold the sequential verdict is sized to catch, unless set
 DEFAULT_RESOLUTION = 0.05
+DEFAULT_CONFIDENCE = 0.95  # the verdict intervals' level, unless set
 
 
 class ValueProblem(ValueError):

@@ -46,6 +46,8 @@ def add_runs(sub: Any) -> None:
         else:
             p.add_argument("paths", nargs="+", help="results JSON files or folders of them")
             p.add_argument("--plot", help="write a trend chart per class (PNG)")
-        p.add_argument("--confidence", type=float, default=0.95)
-        p.add_argument("--resolution", type=float, default=0.05)
+        p.add_argument("--confidence", type=float, default=None,
+                       help="default: each later run's own (what its gate decided at), else 0.95")
+        p.add_argument("--resolution", type=float, default=None,
+                       help="default: each later run's own, else 0.05")
         p.set_defaults(func=func)

@@ -118,11 +118,26 @@ class ServerPool:
 
     def stop_launched(self) -> None:
         """Stop the servers this process launched and alone uses (a speculative server and its
-        twin without speculation must not share the hardware while either is measured)."""
+        twin without speculation must not share the hardware while either is measured); under
+        xdist, those no other worker has joined."""
         for key, (server, _) in list(self._servers.items()):
-            if server.owned and key not in self._joined:
+            if not server.owned:
+                continue
+            if key in self._joined:
+                if not self._alone_on(key):
+                    continue
+                self._leave(key, server)
+                self._joined.remove(key)
+            else:
                 server.stop()
-                del self._servers[key]
+            del self._servers[key]
+
+    def _alone_on(self, key: str) -> bool:
+        from filelock import FileLock
+
+        lock_path, state_path = self._files(key)
+        with FileLock(str(lock_path)):
+            return int(json.loads(state_path.read_text()).get("refs", 0)) <= 1
 
     def stop_owned_now(self) -> None:
         """On interrupt: stop what this process launched at once, users or not."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.values import (
+    DEFAULT_CONFIDENCE,
     DEFAULT_RESOLUTION,
     ValueProblem,
     levels_text,
@@ -58,7 +59,7 @@ OPTIONS = (
     Option("specbound_max_seconds", "--specbound-max-seconds", "SPECBOUND_MAX_SECONDS",
            "time budget per class in seconds", "600"),
     Option("specbound_confidence", "--specbound-confidence", "SPECBOUND_CONFIDENCE",
-           "confidence level of the verdict intervals", "0.95"),
+           "confidence level of the verdict intervals", f"{DEFAULT_CONFIDENCE:g}"),
     Option("specbound_resolution", "--specbound-resolution", "SPECBOUND_RESOLUTION",
            "relative miss of a threshold the verdict must catch, for classes that do not set "
            "resolution", f"{DEFAULT_RESOLUTION:g}"),

@@ -1,5 +1,6 @@
 """Every class that is compared with speculation off, measured on its twin server first: one
-twin server at a time, each launched once, and none while a speculative server runs."""
+twin server at a time, each launched once, none while a speculative server runs, and each base
+measured once per run (under pytest-xdist, by the first worker that needs it)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ from pytest_specbound.gate.plan import ClassPlan, plan_twin
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.runner import baseline_of, measure_class
 from pytest_specbound.gate.settings import Settings
+from pytest_specbound.gate.twin_store import TwinKey, TwinStore
 from pytest_specbound.measure.speedup import Baseline
 from pytest_specbound.physics.hardware import Hardware
-
-TwinKey = tuple[str, str, int]  # budget path, class, level
 
 
 @dataclass
@@ -28,19 +28,32 @@ class Twins:
     say: Callable[[str], None] | None = None
     _found: dict[TwinKey, Baseline | SpecboundError] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.store = TwinStore(self.pool.shared_dir)
+
     def measure_all(self, wanted: Iterable[tuple[Budget, str, int]]) -> None:
-        """Measure every wanted base not yet measured, grouped by twin server (each launched
-        once, stopped before the next one and before any speculative server starts)."""
-        plans: list[tuple[TwinKey, ClassPlan]] = []
-        for budget, name, level in wanted:
-            key = (str(budget.path), name, level)
-            if key in self._found or key in {k for k, _ in plans}:
-                continue
-            try:
-                plans.append((key, plan_twin(budget, budget.classes[name], self.hw,
-                                             self.settings, level)))
-            except SpecboundError as exc:
-                self._found[key] = exc
+        """Measure every wanted base not yet measured in this run, grouped by twin server (each
+        launched once, stopped before the next one and before any speculative server starts).
+        Under pytest-xdist one worker measures them and the others read its results."""
+        with self.store.held():
+            plans: list[tuple[TwinKey, ClassPlan]] = []
+            for budget, name, level in wanted:
+                key = (str(budget.path), name, level)
+                if key in self._found or key in {k for k, _ in plans}:
+                    continue
+                stored = self.store.load(key)
+                if stored is not None:
+                    self._found[key] = stored
+                    continue
+                try:
+                    plans.append((key, plan_twin(budget, budget.classes[name], self.hw,
+                                                 self.settings, level)))
+                except SpecboundError as exc:
+                    self._found[key] = exc
+            if plans:
+                self._measure_grouped(plans)
+
+    def _measure_grouped(self, plans: list[tuple[TwinKey, ClassPlan]]) -> None:
         plans.sort(key=lambda kp: kp[1].server.key())  # stable: the run's order within a server
         self.pool.stop_launched()
         current = None
@@ -49,6 +62,7 @@ class Twins:
                 self.pool.stop_launched()
             current = plan.server.key()
             self._found[key] = self._measure(plan)
+            self.store.save(key, self._found[key])
         self.pool.stop_launched()
 
     def _measure(self, plan: ClassPlan) -> Baseline | SpecboundError:

@@ -14,6 +14,7 @@ from pytest_specbound.gate.result import ClassResult
 from pytest_specbound.measure.sequential import Side
 from pytest_specbound.measure.speedup import Baseline, speedup, speedup_decision
 from pytest_specbound.measure.stats import Interval
+from pytest_specbound.values import DEFAULT_CONFIDENCE, DEFAULT_RESOLUTION
 
 FIGURES = ("accept", "decode tok/s", "efficiency", "TTFT ms")
 JSON_KEYS = {"accept": "accept_length", "decode tok/s": "decode_tok_s",
@@ -60,11 +61,15 @@ def _values(r: ClassResult, accept: bool) -> list[float]:
     return [q.decode_tokens / q.decode_s for q in timed]
 
 
-def decide_change(old: ClassResult, new: ClassResult, confidence: float,
-                  resolution: float) -> tuple[Interval | None, Interval | None, str]:
+def decide_change(old: ClassResult, new: ClassResult, confidence: float | None = None,
+                  resolution: float | None = None
+                  ) -> tuple[Interval | None, Interval | None, str]:
     """The decode and accept ratios (new over old) and the decision: ``regressed`` when either
     test fails against the old run, ``improved`` when the decode rate passes the reverse test,
-    else ``unchanged`` (both pass) or ``undecided``."""
+    else ``unchanged`` (both pass) or ``undecided``. The confidence and resolution are the new
+    run's own (those its gate decided at) unless given."""
+    confidence = confidence or new.confidence_level or DEFAULT_CONFIDENCE
+    resolution = resolution or new.resolution or DEFAULT_RESOLUTION
     level = confidence
     alpha = (1 - confidence) / 2
     sides: list[Side] = []
@@ -86,8 +91,8 @@ def decide_change(old: ClassResult, new: ClassResult, confidence: float,
         else "undecided"
 
 
-def compare(old: Mapping[Key, ClassResult], new: Sequence[ClassResult], confidence: float,
-            resolution: float) -> list[Row]:
+def compare(old: Mapping[Key, ClassResult], new: Sequence[ClassResult],
+            confidence: float | None = None, resolution: float | None = None) -> list[Row]:
     rows = []
     seen = set()
     for r in new:

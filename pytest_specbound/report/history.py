@@ -52,9 +52,10 @@ def runs(paths: Sequence[Path]) -> list[tuple[str, str | None, list[ClassResult]
     return sorted(out, key=lambda run: run[0])
 
 
-def series(paths: Sequence[Path], confidence: float = 0.95,
-           resolution: float = 0.05) -> dict[Key, list[Point]]:
-    """Per class and level, its runs in time order with the confirmed steps marked."""
+def series(paths: Sequence[Path], confidence: float | None = None,
+           resolution: float | None = None) -> dict[Key, list[Point]]:
+    """Per class and level, its runs in time order with the confirmed steps marked (each step
+    decided at the later run's own confidence and resolution unless given)."""
     found: dict[Key, list[Point]] = {}
     for when, commit, results in runs(paths):
         for r in results:

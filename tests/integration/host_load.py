@@ -13,7 +13,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+import pytest
+
+T = TypeVar("T")
 
 INTERVAL_S = 0.5
 STEADY = 0.15  # the most the others' share of the host may move within, or between, windows
@@ -43,8 +49,7 @@ def _process_tree_s(pids: set[int]) -> float:
 def _ours(extra: set[int]) -> set[int]:
     """This process, its live children (a pytester subprocess, a launched server), and
     ``extra``: whatever we run is ours, everything else on the box is load."""
-    me = os.getpid()
-    pids = {me, *extra}
+    parents: dict[int, tuple[int, int]] = {}  # pid -> (ppid, process group)
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -54,8 +59,13 @@ def _ours(extra: set[int]) -> set[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2:].split()
-        if int(fields[1]) in pids or int(fields[2]) in pids:  # ppid, or our process group
-            pids.add(int(entry))
+        parents[int(entry)] = (int(fields[1]), int(fields[2]))
+    pids = {os.getpid(), *extra}
+    grown = True
+    while grown:  # children, grandchildren (a server a pytester run launched), their groups
+        found = {pid for pid, (ppid, group) in parents.items() if ppid in pids or group in pids}
+        grown = not found <= pids
+        pids |= found
     return pids
 
 
@@ -71,6 +81,11 @@ class Window:
     @property
     def steady(self) -> bool:
         return self.high - self.low <= STEADY
+
+    @property
+    def quiet(self) -> bool:
+        """Steady with little else running: the noise is the server's own."""
+        return self.steady and self.high <= STEADY
 
     def __str__(self) -> str:
         return f"other work {self.mean:.0%} of the host (half-seconds {self.low:.0%}-{self.high:.0%})"
@@ -116,6 +131,42 @@ class HostLoad:
         return Window(sum(r) / len(r), r[tenth], r[len(r) - 1 - tenth])
 
 
-def comparable(a: Window, b: Window) -> bool:
-    """Two windows the same machine held still through: each steady, and the same load."""
-    return a.steady and b.steady and abs(a.mean - b.mean) <= STEADY
+def comparable(*windows: Window) -> bool:
+    """Windows the same machine held still through: each steady, and all at the same load."""
+    means = [w.mean for w in windows]
+    return all(w.steady for w in windows) and max(means) - min(means) <= STEADY
+
+
+class Patience:
+    """How long a test may spend measuring again because the box moved: one allowance for
+    all its measurements, so a test of many blocks stays bounded too."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.used = 0.0  # seconds of measurements thrown away because the box moved
+
+    @property
+    def spent(self) -> bool:
+        return self.used > self.seconds
+
+
+def until_still(attempt: Callable[[], tuple[T, Sequence[Window]]], patience: Patience,
+                quiet: bool = False) -> T:
+    """``attempt()`` (its result and the windows it measured) again until the box held still
+    through all its windows (and, with ``quiet``, ran little else: a test of the rule's error
+    rates holds for the server's own noise, not for the jitter of a contended box), while
+    ``patience`` lasts (one attempt at least); skipped, with what the box did in each, if it
+    never did."""
+    seen = []
+    while True:
+        started = time.monotonic()
+        value, windows = attempt()
+        if comparable(*windows) and (not quiet or all(w.quiet for w in windows)):
+            return value
+        patience.used += time.monotonic() - started
+        seen.append(" then ".join(f"[{w}]" for w in windows))
+        if patience.spent:
+            pytest.skip(f"the box's load moved{' or was high' * quiet} in each of {len(seen)} "
+                        f"tries, and the test's "
+                        f"{patience.seconds:g} s for measuring again are spent: "
+                        + "; ".join(seen))

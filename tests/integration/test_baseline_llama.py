@@ -22,7 +22,7 @@ import pytest
 from pytest_specbound.serving.server import LaunchSpec, Server, start_server
 from tests.conftest import PYTESTER_INI
 from tests.integration.budgets import llama_budget
-from tests.integration.host_load import HostLoad, comparable
+from tests.integration.host_load import HostLoad, Patience, Window, until_still
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +56,7 @@ def demo_server(llama_server_bin: str, tmp_path_factory: pytest.TempPathFactory
         server.stop()
 
 
-TRIES = 3  # pairs of runs for a rate claim, until one pair shares the box's load
+PATIENCE_S = 60  # for another pair of runs, until one pair shares the box's load
 
 
 def run(pytester: pytest.Pytester, server: Server, out: str, *args: str) -> dict:
@@ -84,18 +84,17 @@ def run(pytester: pytest.Pytester, server: Server, out: str, *args: str) -> dict
 def under_same_load(pytester: pytest.Pytester, demo_server: Callable[[int, float], Server],
                     threads: int, synth: float, out: str) -> dict:
     """The run of the server at ``threads`` and ``synth`` against a first run (``r1.json``,
-    the unchanged server) until both were made under the same steady load of the box, a fresh
-    pair each try; skipped, with what the box did, if it never held still."""
-    seen = []
-    for _ in range(TRIES):
+    the unchanged server), a fresh pair each try until both were made under the same steady
+    load of the box; skipped, with what the box did, if it never held still."""
+
+    def pair() -> tuple[dict, list[Window]]:
         first = run(pytester, demo_server(2, 3.0), "r1.json", "--specbound-until-precise")
         assert first["ret"] == 0, first["out"]
         assert first["result"]["baseline"] is None
         then = run(pytester, demo_server(threads, synth), out, "--specbound-baseline=r1.json")
-        if comparable(first["load"], then["load"]):
-            return then
-        seen.append(f"[{first['load']}] then [{then['load']}]")
-    pytest.skip(f"the box's load moved in each of {TRIES} pairs of runs: " + "; ".join(seen))
+        return then, [first["load"], then["load"]]
+
+    return until_still(pair, Patience(PATIENCE_S))
 
 
 def test_an_unchanged_second_run_passes(pytester, demo_server):

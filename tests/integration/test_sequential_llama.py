@@ -23,16 +23,17 @@ from pytest_specbound.measure.sequential import Metric, per_request
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.roofline import Roofline
 from tests.integration.budgets import llama_budget
-from tests.integration.host_load import HostLoad
+from tests.integration.host_load import HostLoad, Patience, Window, until_still
 
 pytestmark = pytest.mark.integration
-TRIES = 4  # measurements of a block, until one the box's load held still through
+PATIENCE_S = 60  # per test, for measuring a block again until the box is quiet and still
 
 
-def budget_text(gguf_models: dict[str, Path], min_eff: float, accept: str | None = None) -> str:
+def budget_text(gguf_models: dict[str, Path], min_eff: float, accept: str | None = None,
+                max_tokens: int = 96) -> str:
     band = f"accept = {accept}\n" if accept else ""
     return llama_budget(gguf_models["target"], gguf_models["draft"],
-                        f"max_tokens = 96\nmin_efficiency = {min_eff:.4f}\n{band}")
+                        f"max_tokens = {max_tokens}\nmin_efficiency = {min_eff:.4f}\n{band}")
 
 
 @pytest.fixture(scope="module")
@@ -61,24 +62,23 @@ def run(tmp_path: Path, served, text: str, **options: str):
         pool.close()
 
 
-def paired_block(tmp_path: Path, served, gguf_models, pairs: int, seed: int):
+def paired_block(tmp_path: Path, served, gguf_models, pairs: int, seed: int,
+                 patience: Patience, max_tokens: int = 96):
     """``2 * pairs`` consecutive real requests split at random within each pair: one half for
     the rule, the other to measure the truth of the same minutes. This machine's speed moves by
     10-20% from one minute to the next, so a truth measured before a run is not the run's.
     A block through which the box's load started or stopped (measured beside it) mixes two
-    machines, whose spread no rule at a 5% resolution decides in a few dozen requests: such a
-    block is measured again, up to :data:`TRIES` times, and the test skipped, saying what the
-    box did, if it never held still."""
-    seen = []
-    for _ in range(TRIES):
+    machines, whose spread no rule at a 5% resolution decides in a few dozen requests, and a
+    block on a busy box has the scheduler's heavy-tailed jitter, not the server's noise, that
+    these error rates are stated for: such a block is measured again while the test's
+    ``patience`` lasts, and the test skipped, saying what the box did, if it never was quiet."""
+    def block() -> tuple[object, list[Window]]:
         with HostLoad(served.process.pid) as load:
-            r = run(tmp_path, served, budget_text(gguf_models, 0.0001),
+            r = run(tmp_path, served, budget_text(gguf_models, 0.0001, max_tokens=max_tokens),
                     specbound_samples=str(2 * pairs), specbound_min_samples=str(2 * pairs))
-        if load.window.steady:
-            break
-        seen.append(str(load.window))
-    else:
-        pytest.skip(f"the box's load moved through each of {TRIES} blocks: " + "; ".join(seen))
+        return r, [load.window]
+
+    r = until_still(block, patience, quiet=True)
     assert r.samples == 2 * pairs and r.status == "pass", r.verdict.text
     rng = random.Random(seed)
     judged, truth = [], []
@@ -106,6 +106,11 @@ def geometric_efficiency(records, roof: Roofline) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
+@pytest.fixture
+def patience() -> Patience:
+    return Patience(PATIENCE_S)
+
+
 def roofline_of(tmp_path: Path, gguf_models) -> Roofline:
     path = tmp_path / "roof.toml"
     path.write_text(budget_text(gguf_models, 0.1))
@@ -113,21 +118,24 @@ def roofline_of(tmp_path: Path, gguf_models) -> Roofline:
 
 
 def test_a_floor_twenty_percent_under_the_truth_passes_in_six_requests(tmp_path, served_large,
-                                                                       gguf_models):
+                                                                       gguf_models, patience):
     models = {**gguf_models, "target": gguf_models["large"]}
     roof = roofline_of(tmp_path, models)
     used = []
     for seed in range(3):
-        _, judged, truth = paired_block(tmp_path, served_large, models, 10, seed)
+        # 48 tokens: some 0.8 s a request here, a block in under 20 s
+        _, judged, truth = paired_block(tmp_path, served_large, models, 10, seed, patience,
+                                        max_tokens=48)
         floor = 0.8 * geometric_efficiency(truth, roof)
-        status, n = replay(ClassBudget("coding", "coding", 96, min_efficiency=floor), roof,
+        status, n = replay(ClassBudget("coding", "coding", 48, min_efficiency=floor), roof,
                            judged)
         assert status == "pass"
         used.append(n)
     assert sorted(used)[1] <= 6, used  # the typical run; a stalled request may add one or two
 
 
-def test_a_floor_at_the_truth_fails_at_most_alpha_of_the_runs(tmp_path, served, gguf_models):
+def test_a_floor_at_the_truth_fails_at_most_alpha_of_the_runs(tmp_path, served, gguf_models,
+                                                              patience):
     """A floor exactly at the truth of the same minutes: each run may pass, stay undecided
     (the truth is inside the resolution), or falsely fail, the last at most alpha (5%) of the
     time, plus what the truth's own estimate (32 requests, about 3%) adds. Eight runs; three or
@@ -135,7 +143,7 @@ def test_a_floor_at_the_truth_fails_at_most_alpha_of_the_runs(tmp_path, served, 
     roof = roofline_of(tmp_path, gguf_models)
     statuses = []
     for seed in range(8):
-        _, judged, truth = paired_block(tmp_path, served, gguf_models, 32, seed)
+        _, judged, truth = paired_block(tmp_path, served, gguf_models, 32, seed, patience)
         floor = geometric_efficiency(truth, roof)
         statuses.append(replay(ClassBudget("coding", "coding", 96, min_efficiency=floor), roof,
                                judged)[0])
@@ -143,7 +151,7 @@ def test_a_floor_at_the_truth_fails_at_most_alpha_of_the_runs(tmp_path, served, 
     assert statuses.count("error") == 0, statuses
 
 
-def test_a_budget_written_by_calibrate_passes_again(tmp_path, served, gguf_models):
+def test_a_budget_written_by_calibrate_passes_again(tmp_path, served, gguf_models, patience):
     """calibrate's proposal from one half of a block passes the rule on the other half (the
     same server in the same minutes) at least 1 - alpha of the time: here at least five of six."""
     from pytest_specbound.gate.result import ClassResult, RooflineFigures
@@ -153,7 +161,7 @@ def test_a_budget_written_by_calibrate_passes_again(tmp_path, served, gguf_model
     roof = roofline_of(tmp_path, gguf_models)
     statuses = []
     for seed in range(6):
-        _, measured, rerun = paired_block(tmp_path, served, gguf_models, 24, seed)
+        _, measured, rerun = paired_block(tmp_path, served, gguf_models, 24, seed, patience)
         m = Measurement("llamacpp", tuple(measured))
         result = ClassResult("b.toml", "coding", "cpu", Verdict("pass"),
                              roofline=RooflineFigures.of(roof), resolution=0.05,

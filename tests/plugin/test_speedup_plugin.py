@@ -19,11 +19,13 @@ SPEC = '{"method": "eagle3", "num_speculative_tokens": 3}'
 
 def vllm_shim(folder: Path, launches: Path) -> Path:
     """An executable named ``vllm``: ``vllm serve MODEL ARGS`` runs the fake vLLM server, with
-    speculation only when ``--speculative-config`` is among ARGS."""
+    speculation only when ``--speculative-config`` is among ARGS; each server logs its requests
+    ('plain PATH' or 'spec PATH') to ``requests-PID.txt`` beside ``launches``."""
     shim = folder / "bin" / "vllm"
     shim.parent.mkdir(exist_ok=True)
     shim.write_text(f"#!/bin/sh\nshift 2\ncd {ROOT}\nexec {PY} -m tests.servers.fake --family vllm "
-                    f"--plain-unless-speculative --step-s 0.007 --launches {launches} \"$@\"\n")
+                    f"--plain-unless-speculative --step-s 0.007 --launches {launches} "
+                    f"--request-log {launches.parent}/requests-$$.txt \"$@\"\n")
     shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
     return shim
 
@@ -147,3 +149,23 @@ def test_does_not_pay(specbound_measure, specbound_check):
     out = result.stdout.str()
     assert "speculation does not pay at c1: " in out and "< min_speedup 9x" in out
     assert "Traceback" not in out
+
+
+def twin_requests(folder: Path) -> int:
+    """Requests the servers without speculation received, from the servers' own logs."""
+    return sum(line.startswith("plain ") for log in folder.glob("requests-*.txt")
+               for line in log.read_text().splitlines())
+
+
+def test_each_twin_is_measured_once_under_xdist(pytester_env):
+    """Two classes with a twin each, two workers: the first worker to need the bases measures
+    them and leaves them in the run's folder; the other reads them. The twin server receives
+    one measurement's requests per class (samples plus the warm-up), not one per worker."""
+    write_budget(pytester_env, classes="\n[classes.code]\nprompts = \"coding\"\nmax_tokens = 41\n")
+    out, data = run(pytester_env, "-n", "2", "--specbound-samples=6",
+                    "--specbound-min-samples=6", "--specbound-warmup=1")
+    assert out.ret == 0, out.stdout.str()
+    assert {r["class"] for r in data["results"]} == {"chat", "code"}
+    assert all(r["base"]["n"] == 6 and r["speedup"] > 1 for r in data["results"]), data
+    assert twin_requests(pytester_env.path) == 2 * (6 + 1), sorted(
+        p.name for p in pytester_env.path.glob("requests-*.txt"))

@@ -28,6 +28,8 @@ class Script:
     fault: str | None = None
     fault_after: int = 3  # events before a mid-stream fault
     per_request_metrics: bool = True  # vLLM --per-request-spec-decode-metrics
+    request_log: str | None = None  # append "TAG PATH" per completion request (launched fakes)
+    request_tag: str = "-"
     ready_after_s: float = 0.0
     burst: bool = False  # write the whole stream at the end in one go (a server that buffers)
     slots: int | None = None  # generation requests served at once; the rest wait (llama -np)
@@ -337,6 +339,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         self.server_ref.requests.append({"path": self.path, "body": body,
                                          "headers": dict(self.headers.items())})
+        if self.s.request_log:  # one line per request, whichever process serves it
+            with open(self.s.request_log, "a", encoding="utf-8") as log:
+                log.write(f"{self.s.request_tag} {self.path}\n")
         if self._refused():
             return
         if self._gateway_fault():
@@ -581,6 +586,8 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--launches", help="append this process's pid to FILE")
+    parser.add_argument("--request-log", help="append a line per completion request to FILE: "
+                                              "'spec PATH' or 'plain PATH'")
     parser.add_argument("--fault")
     parser.add_argument("--model", default="test-model")
     parser.add_argument("--step-s", type=float, default=0.004)
@@ -602,7 +609,9 @@ def main() -> None:
 
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     script = Script(fault=args.fault, model=args.model, step_s=args.step_s,
-                    ready_after_s=args.ready_after_s, stream_interval=args.stream_interval)
+                    ready_after_s=args.ready_after_s, stream_interval=args.stream_interval,
+                    request_log=args.request_log,
+                    request_tag="spec" if args.speculative_config else "plain")
     if args.speculative_config:
         k = int(json.loads(args.speculative_config).get("num_speculative_tokens", 3))
         script = replace(script, steps=[k + 1] * (40 // (k + 1)))

@@ -160,3 +160,21 @@ def test_history_orders_runs_and_marks_a_confirmed_step(tmp_path):
     assert "b.toml::chat c1 on h100-sxm" in text and text.count("REGRESSED") == 1
     with pytest.raises(Exception, match="not a specbound results file"):
         series([tmp_path / "unrelated.json"])
+
+
+def test_compare_decides_at_the_runs_own_resolution_as_its_gate_did():
+    """A run gated at a 30% resolution, 32% slower over 7 requests with 15% noise: its gate
+    said regressed, and compare (and history) say the same of the files unless told otherwise;
+    at a 5% resolution the same requests are too few to decide."""
+    from dataclasses import replace
+
+    from pytest_specbound.report.compare import compare, decide_change
+
+    rng = random.Random(2)
+    old = result(rates=tuple(150 * math.exp(rng.gauss(0, 0.15)) for _ in range(11)))
+    new = replace(result(rates=tuple(100 * math.exp(rng.gauss(0, 0.15)) for _ in range(7))),
+                  resolution=0.3)
+    assert decide_change(old, new)[2] == "regressed"
+    assert decide_change(old, new, resolution=0.05)[2] == "undecided"
+    (row,) = compare({("b.toml", "chat", 1, "h100-sxm"): old}, [new])
+    assert row.decision == "regressed"
