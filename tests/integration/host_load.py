@@ -32,17 +32,23 @@ def _busy_s() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def _stat(pid: int | str) -> list[str] | None:
+    """``/proc/PID/stat``'s fields after the command's name (state first), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()
+
+
 def _process_tree_s(pids: set[int]) -> float:
     """CPU seconds of these processes, their threads and their waited-for children."""
     total = 0.0
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        fields = _stat(pid)
+        if fields:
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
     return total / os.sysconf("SC_CLK_TCK")
 
 
@@ -51,15 +57,9 @@ def _ours(extra: set[int]) -> set[int]:
     ``extra``: whatever we run is ours, everything else on the box is load."""
     parents: dict[int, tuple[int, int]] = {}  # pid -> (ppid, process group)
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        parents[int(entry)] = (int(fields[1]), int(fields[2]))
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields:
+            parents[int(entry)] = (int(fields[1]), int(fields[2]))
     pids = {os.getpid(), *extra}
     grown = True
     while grown:  # children, grandchildren (a server a pytester run launched), their groups
