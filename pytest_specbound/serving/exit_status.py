@@ -62,7 +62,7 @@ def signal_of(code: int, shell: bool = False) -> signal.Signals | None:
 
 def describe_exit(code: int, argv: Sequence[str] | str | None, when: str) -> str:
     """``llama-server died of SIGILL (illegal instruction) while starting: <cause>``, or
-    ``server exited with code 2 while starting`` for a plain exit."""
+    ``vllm exited with code 2 while starting`` for a plain exit."""
     name = program_name(argv)
     sig = signal_of(code, shell=isinstance(argv, str))
     if sig is None:

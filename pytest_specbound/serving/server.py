@@ -237,19 +237,16 @@ class Server:
         return log_tail(self.log_path, secret=key) if self.log_path else ""
 
     def _check_alive(self) -> None:
-        if self.process is None:
+        death = self.death("while starting")
+        if death is None:
             return
-        code = self.process.poll()
-        if code is None:
-            return
-        tail = self._tail() or "(empty)"
         host, port = self.endpoint.host, self.endpoint.port
         if port_in_use(host, port):  # ours is gone, yet something answers there
+            code = self.process.poll() if self.process else None
             raise PortTaken(f"port {port} on {host} was taken by another process while the "
                             f"server started (it exited with code {code}); log {self.log_path}: "
-                            f"{tail}")
-        raise ServerError(f"{describe_exit(code, self.argv, 'while starting')}; "
-                          f"log {self.log_path}: {tail}")
+                            f"{self._tail() or '(empty)'}")
+        raise ServerError(death)
 
     def death(self, when: str) -> str | None:
         """How a server we launched ended, in one line with its log's tail; None while it runs
