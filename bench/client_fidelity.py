@@ -162,12 +162,12 @@ def llama_server_table() -> float | None:
     except Exception as exc:  # pragma: no cover - missing extra
         print(f"llama-server part skipped: {exc}")
         return None
-    from pytest_specbound.serving.server import LaunchSpec, start_server
+    from pytest_specbound.serving.server import LaunchSpec, Readiness, start_server
 
     models = demo_models()
     argv = [llama_server_binary(), "-m", models["demo_gguf"], "--host", "{host}", "--port",
             "{port}", "-t", "1", "-c", "2048", "-np", "1"]
-    server = start_server(LaunchSpec(argv), ("/health",), 120, Path(".specbound/logs"))
+    server = start_server(LaunchSpec(argv), Readiness(("/health",), 120), Path(".specbound/logs"))
     prompt = Prompt(text="Count from one to a hundred.")
     body = json.dumps(LlamaCpp().build_request(prompt, 128, None)[1]).encode()  # the same work
     try:

@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from pytest_specbound.measure.load import measure_closed_loop, stream_samplers  # noqa: E402
-from pytest_specbound.measure.sampler import FixedCount, Sampler  # noqa: E402
+from pytest_specbound.measure.sampler import FixedCount, Sampler, Stopping, Workload  # noqa: E402
 from pytest_specbound.serving.backends.base import Prompt  # noqa: E402
 from pytest_specbound.serving.backends.llamacpp import LlamaCpp  # noqa: E402
 from pytest_specbound.serving.transport import Endpoint  # noqa: E402
@@ -46,8 +46,8 @@ def free_port() -> int:
 
 def closed_loop(url: str, n: int, requests: int, tokens: int, prompt: Prompt):
     base = Sampler(Endpoint(url), LlamaCpp())
-    return measure_closed_loop(stream_samplers(base, n), [prompt], tokens, FixedCount(requests),
-                               warmup=1)
+    return measure_closed_loop(stream_samplers(base, n), Workload([prompt], tokens, warmup=1),
+                               Stopping(FixedCount(requests)))
 
 
 def fidelity_table() -> float:
@@ -119,12 +119,12 @@ def server_table() -> float | None:
     except Exception as exc:  # pragma: no cover - missing extra
         print(f"llama-server part skipped: {exc}")
         return None
-    from pytest_specbound.serving.server import LaunchSpec, start_server
+    from pytest_specbound.serving.server import LaunchSpec, Readiness, start_server
 
     models = demo_models()
     argv = [llama_server_binary(), "-m", models["demo_gguf"], "--host", "{host}", "--port",
             "{port}", "-t", "1", "-np", str(STREAMS), "-c", str(STREAMS * 512)]
-    server = start_server(LaunchSpec(argv), ("/health",), 120, Path(".specbound/logs"))
+    server = start_server(LaunchSpec(argv), Readiness(("/health",), 120), Path(".specbound/logs"))
     prompt = Prompt(text="Count from one to a hundred.")
     tokens, requests = 64, 2 * STREAMS
     body = json.dumps(LlamaCpp().build_request(prompt, tokens, None)[1]).encode()  # same work

@@ -16,10 +16,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from pytest_specbound.measure.prompts import load_prompts  # noqa: E402
-from pytest_specbound.measure.sampler import FixedCount, Sampler, measure  # noqa: E402
+from pytest_specbound.measure.sampler import FixedCount, Sampler, Stopping, Workload, measure  # noqa: E402
 from pytest_specbound.physics.demo import demo_models  # noqa: E402
 from pytest_specbound.serving.backends.llamacpp import LlamaCpp, llama_server_binary  # noqa: E402
-from pytest_specbound.serving.server import LaunchSpec, start_server  # noqa: E402
+from pytest_specbound.serving.server import LaunchSpec, Readiness, start_server  # noqa: E402
 
 REQUESTS = 40
 
@@ -29,11 +29,11 @@ def main() -> None:
     argv = [llama_server_binary(), "-m", m["demo_gguf"], "-md", m["demo_draft_gguf"],
             "--spec-type", "draft-simple", "--spec-draft-n-max", "3", "--spec-synth-len", "3.0",
             "--host", "{host}", "--port", "{port}", "-t", "1", "-c", "2048", "-np", "1"]
-    server = start_server(LaunchSpec(argv), ("/health",), 120, Path(".specbound/logs"))
+    server = start_server(LaunchSpec(argv), Readiness(("/health",), 120), Path(".specbound/logs"))
     try:
         sampler = Sampler(server.endpoint, LlamaCpp())
         prompts = load_prompts("coding") + load_prompts("repetitive")
-        run = measure(sampler, prompts, 128, FixedCount(REQUESTS), warmup=2)
+        run = measure(sampler, Workload(prompts, 128, warmup=2), Stopping(FixedCount(REQUESTS)))
     finally:
         server.stop()
     pooled = run.decode_tok_s or 1.0

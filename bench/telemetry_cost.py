@@ -26,7 +26,7 @@ from pytest_specbound.measure.sampler import Sampler  # noqa: E402
 from pytest_specbound.measure.telemetry import DEFAULT_INTERVAL_S, Telemetry  # noqa: E402
 from pytest_specbound.serving.backends.base import Prompt  # noqa: E402
 from pytest_specbound.serving.backends.llamacpp import LlamaCpp, llama_server_binary  # noqa: E402
-from pytest_specbound.serving.server import LaunchSpec, start_server  # noqa: E402
+from pytest_specbound.serving.server import LaunchSpec, Readiness, start_server  # noqa: E402
 from tests.servers.fake_nvml import FakeNVML  # noqa: E402
 
 CALL_S = 50e-6
@@ -73,7 +73,7 @@ def main() -> None:
     models = demo_models()
     argv = [llama_server_binary(), "-m", models["demo_gguf"], "--host", "{host}", "--port",
             "{port}", "-t", "1", "-c", "2048", "-np", "1"]
-    server = start_server(LaunchSpec(argv), ("/health",), 120, Path(".specbound/logs"))
+    server = start_server(LaunchSpec(argv), Readiness(("/health",), 120), Path(".specbound/logs"))
     sampler = Sampler(server.endpoint, LlamaCpp())
     pairs: dict[str, list[float]] = {"2 Hz": [], "100 Hz": [], "none (control)": []}
     try:

@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from pytest_specbound.gate.budget import ClassBudget  # noqa: E402
-from pytest_specbound.gate.simulate import run_sequential  # noqa: E402
+from pytest_specbound.gate.simulate import Looks, SimulatedServer, run_sequential  # noqa: E402
 from pytest_specbound.measure.sequential import MIN_DECISION, MISS_RATE  # noqa: E402
 from pytest_specbound.measure.stats import t_quantile  # noqa: E402
 from pytest_specbound.physics.hardware import parse_hardware  # noqa: E402
@@ -123,7 +123,7 @@ def main() -> None:
     started = time.time()
     roof = compute_roofline(parse_hardware("a6000x2"), load_model("qwen3.6-27b"),
                             parse_speculation("mtp:3"))
-    budget = ClassBudget("coding", "coding", 128, min_efficiency=FLOOR)
+    budget = ClassBudget("coding", "coding", 128, limits={"min_efficiency": FLOOR})
     floor_tok_s = FLOOR * roof.tok_s(3.0)
     rng = random.Random(11)
     print(f"alpha {ALPHA} (false failure at the floor), beta {MISS_RATE} (miss one resolution "
@@ -137,12 +137,14 @@ def main() -> None:
     for draw, sd, name, pool in (normal(0.01), normal(0.03), recorded()):
         for resolution in (0.05, 0.10):
             d = -math.log(1 - resolution)
-            at = [run_sequential(rng, budget, roof, floor_tok_s, 3.0, 0.0, max_samples=BUDGET,
-                                 tokens=128, resolution=resolution, log_noise=draw)
+            looks = Looks(max_samples=BUDGET, resolution=resolution)
+            at = [run_sequential(rng, budget, roof, SimulatedServer(floor_tok_s, 3.0, 0.0, tokens=128,
+                                                                    log_noise=draw), looks)
                   for _ in range(RUNS)]
-            under = [run_sequential(rng, budget, roof, floor_tok_s * (1 - resolution), 3.0, 0.0,
-                                    max_samples=BUDGET, tokens=128, resolution=resolution,
-                                    log_noise=draw) for _ in range(RUNS)]
+            under = [run_sequential(rng, budget, roof,
+                                    SimulatedServer(floor_tok_s * (1 - resolution), 3.0, 0.0,
+                                                    tokens=128, log_noise=draw), looks)
+                     for _ in range(RUNS)]
             seq_n = statistics.fmean(n for _, n in at + under)
             ff = sum(s == "fail" for s, _ in at) / RUNS
             miss = sum(s == "pass" for s, _ in under) / RUNS

@@ -20,11 +20,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from pytest_specbound.version import __version__
 
 _API = {
     "compute_roofline": "pytest_specbound.physics.roofline",
     "Roofline": "pytest_specbound.physics.roofline",
+    "Deployment": "pytest_specbound.physics.roofline",
     "parse_hardware": "pytest_specbound.physics.hardware",
     "detect_hardware": "pytest_specbound.physics.hardware",
     "load_model": "pytest_specbound.physics.models",
@@ -40,6 +41,9 @@ _API = {
     "get_backend": "pytest_specbound.serving.backends",
     "load_prompts": "pytest_specbound.measure.prompts",
     "judge": "pytest_specbound.gate.judge",
+    "Judging": "pytest_specbound.gate.judge",
+    "plan_class": "pytest_specbound.gate.plan",
+    "GateRun": "pytest_specbound.gate.run",
     "Verdict": "pytest_specbound.gate.verdict",
     "run_class": "pytest_specbound.gate.runner",
     "ClassResult": "pytest_specbound.gate.result",
@@ -48,8 +52,11 @@ _API = {
 }
 __all__ = [
     "ClassResult",
+    "Deployment",
     "Endpoint",
     "FixedCount",
+    "GateRun",
+    "Judging",
     "Measurement",
     "RequestRecord",
     "Roofline",
@@ -69,13 +76,16 @@ __all__ = [
     "parse_budget",
     "parse_hardware",
     "parse_speculation",
+    "plan_class",
     "run_class",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pytest_specbound.gate.budget import load_budget, parse_budget
-    from pytest_specbound.gate.judge import judge
+    from pytest_specbound.gate.judge import Judging, judge
+    from pytest_specbound.gate.plan import plan_class
     from pytest_specbound.gate.result import ClassResult
+    from pytest_specbound.gate.run import GateRun
     from pytest_specbound.gate.runner import run_class
     from pytest_specbound.gate.verdict import Verdict
     from pytest_specbound.measure.measurement import Measurement
@@ -83,7 +93,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
     from pytest_specbound.physics.hardware import detect_hardware, parse_hardware
     from pytest_specbound.physics.models import load_model
-    from pytest_specbound.physics.roofline import Roofline, compute_roofline
+    from pytest_specbound.physics.roofline import Deployment, Roofline, compute_roofline
     from pytest_specbound.physics.speculative import parse_speculation
     from pytest_specbound.serving.backends import get_backend
     from pytest_specbound.serving.connect import ServerConfig, open_server

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -11,11 +10,10 @@ from typing import Any
 
 from pytest_specbound._toml import TomlTable, decode_text, loads_toml
 from pytest_specbound.errors import ConfigError
+from pytest_specbound.gate.class_budget import CLASS_KEYS as CLASS_KEYS
+from pytest_specbound.gate.class_budget import LEVEL_TABLE, ClassBudget, parse_class
 from pytest_specbound.gate.twin_table import NoSpeculation, parse_twin
 from pytest_specbound.gate.where import Where
-from pytest_specbound.measure.hub_sets import is_hub
-from pytest_specbound.measure.lengths import LengthsProblem, OutputLengths
-from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
 from pytest_specbound.physics.speculative import (
     HEAD_METHODS,
     METHODS,
@@ -23,9 +21,7 @@ from pytest_specbound.physics.speculative import (
     parse_speculation,
 )
 from pytest_specbound.serving.backends import BACKENDS
-from pytest_specbound.serving.backends.base import SAMPLING_KEYS, Sampling
 from pytest_specbound.serving.connect import ServerConfig
-from pytest_specbound.values import ValueProblem, levels
 
 TOP_KEYS = {"model", "speculative", "server", "classes", "hardware", "roofline", "no_speculation"}
 MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
@@ -33,58 +29,6 @@ SPEC_KEYS = {"method", "steps", "draft_tokens", "draft_model", "draft_dtype"}
 SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", "api_key_env",
                "host", "port", "env", "cwd", "model_id", "check_model", "check_settings", "ca_bundle"}
 ROOFLINE_KEYS = {"context", "overhead_ms", "draft_step_ms", "batch", "threads"}
-CLASS_KEYS = {"prompts", "max_tokens", "accept", "min_efficiency", "min_tok_s", "max_ttft_ms",
-              "samples", "warmup", "concurrency", "require_no_throttle", "resolution",
-              "min_speedup", "max_tpot_ms", "tpot_percentile", "min_goodput", "category",
-              *SAMPLING_KEYS}
-LEVEL_KEYS = {"accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "samples", "warmup",
-              "resolution", "min_speedup", "max_tpot_ms", "tpot_percentile", "min_goodput",
-              *SAMPLING_KEYS}
-LEVEL_TABLE = re.compile(r"^c([1-9][0-9]*)$")  # [classes.NAME.c4]: thresholds at concurrency 4
-
-
-@dataclass(frozen=True)
-class ClassBudget:
-    """Thresholds for one prompt class."""
-
-    name: str
-    prompts: str
-    max_tokens: int  # the output length (a distribution's mean where one is given)
-    accept: tuple[float, float] | None = None
-    min_efficiency: float | None = None
-    min_tok_s: float | None = None
-    max_ttft_ms: float | None = None
-    samples: int | None = None
-    warmup: int | None = None
-    concurrency: tuple[int, ...] = (1,)  # closed-loop levels: one test item each
-    levels: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # [classes.X.cN]
-    require_no_throttle: bool = False  # a throttled GPU fails the class on its own
-    resolution: float | None = None  # relative miss the verdict must catch (default: settings)
-    min_speedup: float | None = None  # decode with speculation over without, per user
-    category: tuple[str, ...] = ()  # within a prompt file: the categories measured (all: empty)
-    max_tpot_ms: float | None = None  # time per output token: at most this ...
-    tpot_percentile: float = 99.0  # ... for this percentile of requests
-    min_goodput: float | None = None  # the share of requests meeting every SLO set
-    temperature: float = 0.0  # how tokens are chosen (greedy by default), as deployed
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    seed: int | None = None
-    output_lengths: OutputLengths | None = None  # max_tokens as a distribution
-
-    @property
-    def sampling(self) -> Sampling:
-        return Sampling(self.temperature, self.top_p, self.top_k, self.min_p, self.seed)
-
-    @property
-    def level_ids(self) -> bool:
-        """Whether item ids name the level (any class that declares levels besides 1 alone)."""
-        return self.concurrency != (1,)
-
-    def at(self, level: int) -> ClassBudget:
-        """The class as judged at concurrency ``level``: its ``[classes.NAME.cLEVEL]`` values
-        over the class's own."""
-        return replace(self, **dict(self.levels.get(level, {})))
 
 
 @dataclass(frozen=True)
@@ -146,20 +90,6 @@ def _server_fields(values: TomlTable) -> TomlTable:
     return out
 
 
-def _class_fields(values: TomlTable) -> TomlTable:
-    """Validated class keys as ClassBudget fields (level tables gathered into ``levels``)."""
-    out = {k: v for k, v in values.items() if not LEVEL_TABLE.match(k)}
-    levels = {int(k[1:]): _class_fields(v) for k, v in values.items() if LEVEL_TABLE.match(k)}
-    if "accept" in out:
-        out["accept"] = tuple(out["accept"])
-    if "concurrency" in out:
-        c = out["concurrency"]
-        out["concurrency"] = tuple(c) if isinstance(c, list) else (int(c),)
-    if levels:
-        out["levels"] = levels
-    return out
-
-
 def load_budget(path: str | Path, display: str | None = None) -> Budget:
     """Parse and validate a budget file; errors name it as ``display`` (default: the path)."""
     p = Path(path)
@@ -189,7 +119,7 @@ def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
     classes_t = w.table(data, "classes")
     if not classes_t:
         raise w.error(None, "classes", "needs at least one [classes.NAME] table")
-    classes = {name: _parse_class(w, name, values) for name, values in classes_t.items()}
+    classes = {name: parse_class(w, name, values) for name, values in classes_t.items()}
     hardware = {label.lower(): _parse_override(w, label, over, server, classes)
                 for label, over in w.table(data, "hardware", required=False).items()}
     twin = parse_twin(w, data)
@@ -276,11 +206,12 @@ def _parse_override(w: Where, label: str, over: Any, server: ServerConfig,
             raise w.error(f"{table}.classes", name,
                           f"unknown class; the budget has {', '.join(classes)}")
         base = classes[name]
-        checked = _parse_class(w, f"{table}.classes.{name}", {
+        checked = parse_class(w, f"{table}.classes.{name}", {
             "prompts": base.prompts, "concurrency": list(base.concurrency), **values}, label=name)
-        fields_given = _class_fields(values)  # the level tables gathered; values as parsed
-        parsed[name] = replace(base, **{k: v if k == "levels" else getattr(checked, k)
-                                        for k, v in fields_given.items()})
+        given = {k: checked.value_of(k) for k in values if not LEVEL_TABLE.match(k)}
+        on_class = base.with_values(given)
+        parsed[name] = replace(on_class, levels=checked.levels) \
+            if any(LEVEL_TABLE.match(k) for k in values) else on_class
     return HardwareOverride(on_hw, parsed)
 
 
@@ -328,122 +259,3 @@ def _server_values(w: Where, table: str, t: Any) -> TomlTable:
     return values
 
 
-def _parse_class(w: Where, table_name: str, t: Any, label: str | None = None) -> ClassBudget:
-    table = table_name if "." in table_name else f"classes.{table_name}"
-    name = label or table_name
-    if not isinstance(t, dict):
-        raise w.error(None, name, "must be a table")
-    level_tables = {k: v for k, v in t.items() if LEVEL_TABLE.match(k) and isinstance(v, dict)}
-    w.check_keys(table, {k: v for k, v in t.items() if k not in level_tables}, CLASS_KEYS,
-                 "; and [cN] tables of thresholds at concurrency N")
-    concurrency = _concurrency(w, table, t.get("concurrency", 1))
-    levels: dict[int, Mapping[str, Any]] = {}
-    for key, values in level_tables.items():
-        level = int(key[1:])
-        if level not in concurrency:
-            raise w.error(table, key, f"concurrency {level} is not one of the class's levels "
-                          f"{list(concurrency)}")
-        w.check_keys(f"{table}.{key}", values, LEVEL_KEYS)
-        checked = _parse_class(w, f"{table}.{key}", {"prompts": t.get("prompts", name), **values},
-                               label=name)
-        levels[level] = {k: getattr(checked, k) for k in values}
-    prompts = w.string(table, t, "prompts") or name
-    if prompts not in BUILTIN and not prompts.endswith((".jsonl", ".json")) \
-            and not is_hub(prompts):
-        raise w.error(table, "prompts", f"unknown prompt set '{prompts}'; valid: "
-                      f"{', '.join(BUILTIN)}, a .jsonl / .json file (plain prompts, "
-                      "MT-bench questions, ShareGPT conversations) or hf:DATASET[:CONFIG][@SPLIT]")
-    if prompts.endswith((".jsonl", ".json")) and not is_hub(prompts):
-        resolved = (w.path.parent / prompts)
-        if not resolved.is_file():
-            raise w.error(table, "prompts", f"no such file: {resolved}")
-        prompts = str(resolved)
-    category = t.get("category")
-    if category is not None and (not (isinstance(category, str) and category) and not (
-            isinstance(category, list) and category and all(isinstance(c, str) for c in category))):
-        raise w.error(table, "category", f"a category or a list of them, got {category!r}")
-    if category is not None and prompts in BUILTIN:
-        raise w.error(table, "category", "selects within a prompt file: set prompts = \"PATH\"")
-    accept = t.get("accept")
-    band: tuple[float, float] | None = None
-    if accept is not None:
-        if (not isinstance(accept, list) or len(accept) != 2
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in accept)):
-            raise w.error(table, "accept", f"must be [low, high], got {accept!r}")
-        if accept[0] > accept[1]:
-            raise w.error(table, "accept", f"reversed band [{accept[0]}, {accept[1]}]: low > high")
-        if accept[0] < 1:
-            raise w.error(table, "accept", "accept length counts the bonus token: low must be >= 1")
-        band = (float(accept[0]), float(accept[1]))
-    return ClassBudget(
-        name=name,
-        prompts=prompts,
-        **_max_tokens(w, table, t, prompts),
-        accept=band,
-        min_efficiency=w.number(table, t, "min_efficiency", low=0, high=1),
-        min_tok_s=w.number(table, t, "min_tok_s", low=0),
-        max_ttft_ms=w.number(table, t, "max_ttft_ms", low=0),
-        samples=w.number(table, t, "samples", integer=True, low=1),
-        warmup=w.number(table, t, "warmup", integer=True, low=0),
-        concurrency=concurrency,
-        levels=levels,
-        require_no_throttle=_flag(w, table, t, "require_no_throttle"),
-        resolution=w.number(table, t, "resolution", low=0.005, high=0.5),
-        min_speedup=w.number(table, t, "min_speedup", low=0),
-        category=(category,) if isinstance(category, str) else tuple(category or ()),
-        **_slos(w, table, t),
-        **_sampling(w, table, t),
-    )
-
-
-def _max_tokens(w: Where, table: str, t: TomlTable, prompts: str) -> TomlTable:
-    """``max_tokens = 256``, or a distribution table ``{mean = 256, stdev = 96}`` (each request
-    its own draw; the mean stands for the class where one number is needed)."""
-    value = t.get("max_tokens")
-    if isinstance(value, dict):
-        try:
-            lengths = OutputLengths.from_table(value)
-        except LengthsProblem as exc:
-            raise w.error(table, "max_tokens", f"{exc}; e.g. {{mean = 256, stdev = 96, "
-                          f"min = 16, max = 1024}} or {{distribution = \"uniform\", min = 64, "
-                          f"max = 512}}") from None
-        return {"max_tokens": lengths.typical, "output_lengths": lengths}
-    return {"max_tokens": w.number(table, t, "max_tokens", integer=True, low=1)
-            or default_max_tokens(prompts)}
-
-
-def _slos(w: Where, table: str, t: TomlTable) -> TomlTable:
-    """``max_tpot_ms`` (at ``tpot_percentile``, default 99) and ``min_goodput``."""
-    values = {"max_tpot_ms": w.number(table, t, "max_tpot_ms", low=0),
-              "tpot_percentile": w.number(table, t, "tpot_percentile", low=50, high=100),
-              "min_goodput": w.number(table, t, "min_goodput", low=0, high=1)}
-    if "min_goodput" in t and "max_ttft_ms" not in t and "max_tpot_ms" not in t \
-            and "." not in table.removeprefix("classes."):
-        raise w.error(table, "min_goodput", "the share of requests meeting every SLO needs an "
-                      "SLO: set max_ttft_ms or max_tpot_ms")
-    return {k: v for k, v in values.items() if v is not None}
-
-
-def _sampling(w: Where, table: str, t: TomlTable) -> TomlTable:
-    """The class's sampling keys, checked (those not given keep their defaults)."""
-    values = {"temperature": w.number(table, t, "temperature", low=0, high=5),
-              "top_p": w.number(table, t, "top_p", low=0, high=1),
-              "top_k": w.number(table, t, "top_k", integer=True, low=1),
-              "min_p": w.number(table, t, "min_p", low=0, high=1),
-              "seed": w.number(table, t, "seed", integer=True, low=0)}
-    return {k: v for k, v in values.items() if v is not None}
-
-
-def _flag(w: Where, table: str, t: TomlTable, key: str) -> bool:
-    if key in t and not isinstance(t[key], bool):
-        raise w.error(table, key, f"must be true or false, got {t[key]!r}")
-    return bool(t.get(key, False))
-
-
-def _concurrency(w: Where, table: str, value: Any) -> tuple[int, ...]:
-    """``concurrency = 4`` or ``[1, 4, 16]``."""
-    try:
-        return levels(value if isinstance(value, list) else [value])
-    except ValueProblem as exc:
-        raise w.error(table, "concurrency", f"{exc}: a whole number or a list of them, e.g. "
-                      f"[1, 4, 16]; got {value!r}") from None

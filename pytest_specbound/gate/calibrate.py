@@ -6,7 +6,8 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-from pytest_specbound.gate.budget import Budget, ClassBudget
+from pytest_specbound.gate.budget import Budget
+from pytest_specbound.gate.class_budget import ClassBudget
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult
 from pytest_specbound.gate.settings import Settings
@@ -17,22 +18,14 @@ from pytest_specbound.values import DEFAULT_RESOLUTION
 def measure_budget(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool,
                    runs: Sequence[tuple[str, ClassBudget]],
                    say: Callable[[str], None]) -> list[ClassResult]:
-    """Every class at every level, in order; the bases without speculation first where the
-    budget (or ``settings.speedup``) asks for them, one server at a time."""
-    from pytest_specbound.gate.plan import wants_twin
-    from pytest_specbound.gate.runner import run_class
-    from pytest_specbound.gate.twins import Twins
+    """Every class at every level, in order, as the gate runs them (gate/run.py): the twins
+    without speculation first where the budget (or ``settings.speedup``) asks for them."""
+    from pytest_specbound.gate.run import GateRun
 
-    twins = Twins(hw, settings, pool, say)
-    twins.measure_all([(budget, name, level) for name, cls in runs
-                       for level in cls.concurrency if wants_twin(budget, cls, settings)])
-    results = []
-    for name, cls in runs:
-        for level in cls.concurrency:
-            base = twins.get(budget, name, level) if wants_twin(budget, cls, settings) else None
-            results.append(run_class(budget, cls, hw, settings, pool, concurrency=level,
-                                     base=base))
-    return results
+    gate = GateRun(hw, settings, pool, say=say)
+    wanted = [(budget, name, level) for name, cls in runs for level in cls.concurrency]
+    gate.prepare(wanted)
+    return [gate.run(b, name, level) for b, name, level in wanted]
 
 
 def propose(result: ClassResult,

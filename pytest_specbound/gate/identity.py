@@ -70,7 +70,7 @@ def commit() -> str | None:
 
 def run_identity(on_gpu: bool) -> dict[str, object]:
     """The run's identity for the results JSON's ``run.identity``."""
-    from pytest_specbound import __version__
+    from pytest_specbound.version import __version__
 
     found, driver = gpus() if on_gpu else ([], None)
     return {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(),

@@ -1,49 +1,113 @@
-"""Measurement x class budget x roofline -> a verdict that says which part moved: the
-evaluators' findings (:mod:`pytest_specbound.gate.evaluate`) composed, with the measurement's
-notes."""
+"""Measurement x class x roofline -> a verdict that says which part moved: every threshold's
+evaluator (:mod:`pytest_specbound.gate.thresholds`) and every comparison's
+(:mod:`pytest_specbound.gate.comparison`) composed, with the measurement's notes and what the
+server's settings and GPU telemetry explain. Nothing changes a verdict after :func:`judge`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import cast
 
-from pytest_specbound.gate.budget import ClassBudget
-from pytest_specbound.gate.evaluate import Decisions, Evaluation, Figures, evaluate, figures
-from pytest_specbound.gate.verdict import Diagnosis, Reason, Status, Verdict, batching_problem
+from pytest_specbound.gate.class_budget import ClassBudget
+from pytest_specbound.gate.comparison import Comparison
+from pytest_specbound.gate.evaluate import Context, Decisions, Evaluation, Figures, figures
+from pytest_specbound.gate.thresholds import set_in
+from pytest_specbound.gate.verdict import (
+    Diagnosis,
+    Reason,
+    Status,
+    Verdict,
+    batching_problem,
+    explained,
+)
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import Side
-from pytest_specbound.measure.speedup import Baseline, Earlier
 from pytest_specbound.physics.render import one_line
 from pytest_specbound.physics.roofline import Roofline
 
 
-def judge(budget: ClassBudget, m: Measurement, roof: Roofline,
-          decisions: Decisions | None = None, final: bool = True,
-          batching: str | None = None, resolution: float | None = None,
-          cached_tokens: str | None = None, base: Baseline | None = None,
-          level: float = 0.95, earlier: Earlier | None = None) -> Verdict:
-    """Compare ``m`` with ``budget``.
+@dataclass(frozen=True)
+class Judging:
+    """How a measurement is judged besides its class's own thresholds: the comparisons, and
+    what the failure text names (``batching``: what to check when the server did not batch;
+    ``resolution``: named in an undecided threshold's evidence; ``cached_tokens``: the server
+    flag that lets a level's floor count others' prefill; ``level``: the intervals' confidence;
+    ``findings``: the server's settings and GPU telemetry, kind and text; ``beaten``: the note
+    when the efficiency beats a CPU ceiling; ``command``: the server measured)."""
+
+    comparisons: Sequence[Comparison] = ()
+    batching: str | None = None
+    resolution: float | None = None
+    cached_tokens: str | None = None
+    level: float = 0.95
+    findings: Sequence[tuple[str, str]] = ()
+    beaten: Callable[[float | None], str | None] | None = None
+    command: str | None = None
+
+
+def judge(cls: ClassBudget, m: Measurement, roof: Roofline, decisions: Decisions | None = None,
+          final: bool = True, how: Judging = Judging()) -> Verdict:
+    """Compare ``m`` with ``cls``.
 
     ``decisions``: each threshold's sequential test (:mod:`pytest_specbound.gate.rule`); a
     threshold fails or passes as its test decided and is ``inconclusive`` while undecided.
     Without them the point estimates are compared as they are (a fixed-count reading).
     ``final``: the measurement is complete (at a look during sampling, requests still in flight
-    are not yet in the overlaps, so batching is judged only at the end); ``batching``: what to
-    check when the server did not batch (:func:`~pytest_specbound.gate.verdict.batching_hint`);
-    ``resolution``: named in the evidence of an undecided threshold; ``cached_tokens``: the
-    server flag that would let a level's floor count other requests' prefill; ``base``: the
-    class measured without speculation (the speedup, at ``level``).
+    are not yet in the overlaps, so batching is judged only at the end).
     """
-    f = figures(m, roof, base, level, earlier)
+    f = figures(m, roof)
     if isinstance(f, Verdict):
         return f
-    found = evaluate(budget, m, f, decisions, cached_tokens, earlier, final)
-    unbatched = batching_problem(m, batching) if final else None
+    found = evaluate(cls, m, f, decisions, how, final)
+    unbatched = batching_problem(m, how.batching) if final else None
     if unbatched:
         found.append(Evaluation(Side.BAD, "system", "not_batching", (unbatched,)))
-    return compose(budget, m, f, found, resolution)
+    verdict = explained(compose(cls, m, f, found, how.resolution), how.findings,
+                        cls.require_no_throttle)
+    beaten = how.beaten(verdict.efficiency) if how.beaten and final else None
+    return Verdict(verdict.status, (*verdict.lines, beaten), verdict.reasons, verdict.diagnosis,
+                   verdict.roofline_tok_s, verdict.floor_tok_s, verdict.efficiency,
+                   verdict.round_ms) if beaten else verdict
 
 
-def compose(budget: ClassBudget, m: Measurement, f: Figures, found: list[Evaluation],
+def evaluate(cls: ClassBudget, m: Measurement, f: Figures, decisions: Decisions | None,
+             how: Judging = Judging(), final: bool = False) -> list[Evaluation]:
+    """Every threshold the class sets and every comparison, in the order the failure text
+    lists them (the accept band first: the others name whether accept stayed in it)."""
+    prefill_unknown = None
+    if m.concurrency > 1 and m.others_prefill_tokens is None:
+        flag = f" (launch it with {how.cached_tokens})" if how.cached_tokens else ""
+        prefill_unknown = ("note: other requests' prefill is not in this floor: the server does "
+                           f"not say how much of each prompt it computed{flag}")
+    c = Context(cls.limits, m, f, decisions, cls.tpot_percentile, True, prefill_unknown,
+                how.level, final, how.command)
+    found: list[Evaluation] = []
+    for spec, _value in set_in(cls.limits):
+        if spec.evaluate is None:
+            continue
+        e = spec.evaluate(c)
+        if e is not None:
+            found.append(e)
+            if spec.band and e.side == Side.BAD:
+                c = Context(c.limits, m, f, decisions, c.tpot_percentile, False,
+                            prefill_unknown, c.level, final, c.command)
+    found += [e for e in (comparison.evaluate(c) for comparison in how.comparisons)
+              if e is not None]
+    return found
+
+
+def decided(cls: ClassBudget, m: Measurement, roof: Roofline, decisions: Decisions,
+            comparisons: Sequence[Comparison] = ()) -> bool:
+    """The sequential rule's question: has one threshold failed, or have all passed?"""
+    f = figures(m, roof)
+    if isinstance(f, Verdict):
+        return False
+    sides = [e.side for e in evaluate(cls, m, f, decisions, Judging(comparisons))]
+    return Side.BAD in sides or Side.UNSURE not in sides
+
+
+def compose(cls: ClassBudget, m: Measurement, f: Figures, found: list[Evaluation],
             resolution: float | None) -> Verdict:
     """The verdict from the evaluators' findings: status, diagnosis, lines, notes."""
     failed = [e for e in found if e.side == Side.BAD]
@@ -52,8 +116,9 @@ def compose(budget: ClassBudget, m: Measurement, f: Figures, found: list[Evaluat
     unpaid = any(e.party == "speculation" for e in failed)
     reasons: list[Reason] = [e.reason for e in failed if e.reason]
     lines = [line for e in failed for line in e.failed]
-    if drafter and budget.min_efficiency is not None and not system:
-        lines.append(f"efficiency {f.efficiency:.2f} >= {budget.min_efficiency:.2f} is still "
+    min_efficiency = cls.limits.get("min_efficiency")
+    if drafter and min_efficiency is not None and not system:
+        lines.append(f"efficiency {f.efficiency:.2f} >= {min_efficiency:.2f} is still "
                      "fine: the system did not slow down")
     undecided = [e.pending for e in found if e.side == Side.UNSURE and e.pending]
     status: Status = "fail" if failed else "inconclusive" if undecided else "pass"
@@ -65,6 +130,7 @@ def compose(budget: ClassBudget, m: Measurement, f: Figures, found: list[Evaluat
         per = f" (resolution {resolution:.0%})" if resolution is not None else ""
         lines.append(f"evidence{per}: " + "; ".join(evidence))
     lines += [line for e in found for line in e.notes]
+    reasons += [code for e in found for code in e.codes]
     for code, note in notes(m):
         reasons.append(code)
         lines.append("note: " + note)
@@ -72,11 +138,15 @@ def compose(budget: ClassBudget, m: Measurement, f: Figures, found: list[Evaluat
         lines.append("roofline: " + one_line(f.roof))
     diagnosis: Diagnosis = "both" if drafter and system else "drafter" if drafter else \
         "system" if system else "speculation" if unpaid else "none"
-    floor = budget.min_efficiency * f.roof_tok_s if budget.min_efficiency is not None else None
-    if budget.min_tok_s is not None:
-        floor = max(floor or 0.0, budget.min_tok_s)
-    return Verdict(status, lines, reasons, diagnosis, f.roof_tok_s, floor, f.efficiency,
-                   f.round_ms)
+    return Verdict(status, lines, reasons, diagnosis, f.roof_tok_s, _floor(cls, f),
+                   f.efficiency, f.round_ms)
+
+
+def _floor(cls: ClassBudget, f: Figures) -> float | None:
+    """The decode rate the class must reach: its efficiency floor and ``min_tok_s``."""
+    min_efficiency, min_tok_s = cls.limits.get("min_efficiency"), cls.limits.get("min_tok_s")
+    floor = min_efficiency * f.roof_tok_s if min_efficiency is not None else None
+    return max(floor or 0.0, min_tok_s) if min_tok_s is not None else floor
 
 
 def notes(m: Measurement) -> list[tuple[Reason, str]]:

@@ -124,7 +124,7 @@ def marker_budget(kw: TomlTable, nodeid: str, test_path: Path, rootpath: Path) -
         extra = parse_budget({"model": {"name": "x"}, "classes": {name: cls}}, test_path,
                              where=where, require_server=False).classes[name]
         if name in base.classes:  # the file's class, with the keywords the marker gives
-            given = {k: getattr(extra, k) for k in kw if k in CLASS_KEYS}
-            extra = replace(base.classes[name], **given)
+            extra = base.classes[name].with_values(
+                {k: extra.value_of(k) for k in kw if k in CLASS_KEYS})
         return replace(base, classes={**base.classes, name: extra}), name
     return parse_budget(data, test_path, where=where, require_server=False), name

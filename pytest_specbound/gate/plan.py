@@ -11,18 +11,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import Budget, ClassBudget, ModelRef
+from pytest_specbound.gate.against_twin import asks_speedup
+from pytest_specbound.gate.budget import Budget, ModelRef
+from pytest_specbound.gate.class_budget import ClassBudget
+from pytest_specbound.gate.comparison import Comparison
 from pytest_specbound.gate.rule import SequentialRule, resolution_of
 from pytest_specbound.gate.settings import Settings
 from pytest_specbound.gate.twin_table import NoSpeculation
 from pytest_specbound.measure.lengths import class_seed, with_lengths
 from pytest_specbound.measure.prompt_sets import select
 from pytest_specbound.measure.prompts import load_prompts
-from pytest_specbound.measure.speedup import Baseline, Earlier
 from pytest_specbound.physics.hardware import Hardware, matched_to_server, server_threads
 from pytest_specbound.physics.models import Model, load_model
 from pytest_specbound.physics.overheads import overhead_for
-from pytest_specbound.physics.roofline import Roofline, compute_roofline
+from pytest_specbound.physics.roofline import Deployment, Roofline, compute_roofline
 from pytest_specbound.serving.backends.base import Prompt
 from pytest_specbound.serving.connect import ServerConfig, placeholders
 from pytest_specbound.serving.server import fill
@@ -55,13 +57,20 @@ class ClassPlan:
     prompts: tuple[Prompt, ...]
     warmup: int
     max_seconds: float | None
-    base: Baseline | None = None  # the class at the level without speculation, measured
-    earlier: Earlier | None = None  # the last accepted run of the class at the level
+    comparisons: tuple[Comparison, ...] = ()  # the twin's, the last accepted run's
 
     def new_rule(self) -> SequentialRule:
         p = self.rule
         return SequentialRule(self.cls, self.roof, p.confidence, p.min_samples, p.max_samples,
-                              p.resolution, self.base, p.precision, self.earlier)
+                              p.resolution, self.comparisons, p.precision)
+
+    def comparing(self, *comparisons: Comparison) -> ClassPlan:
+        """This plan with ``comparisons`` added; one that needs a precise decode rate (the
+        twin's ratio) stops only once it is known to half the resolution."""
+        rule = self.rule
+        if any(c.precise for c in comparisons) and rule.precision is None:
+            rule = replace(rule, precision=-math.log(1 - rule.resolution) / 2)
+        return replace(self, comparisons=(*self.comparisons, *comparisons), rule=rule)
 
     @property
     def what(self) -> str:
@@ -69,10 +78,10 @@ class ClassPlan:
 
 
 def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings,
-               concurrency: int = 1, base: Baseline | None = None) -> ClassPlan:
+               concurrency: int = 1) -> ClassPlan:
     """The plan of ``cls`` at ``concurrency``: at a level above 1 the roofline's batch is the
-    level (a class that lists levels runs each as its own item); ``base``: the class measured
-    without speculation, for the speedup and ``min_speedup``."""
+    level (a class that lists levels runs each as its own item). Its comparisons are added
+    with :meth:`ClassPlan.comparing`."""
     values: dict[str, str] = {}
     if needs_demo(budget):
         from pytest_specbound.physics.demo import demo_models
@@ -81,10 +90,9 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
     cls = cls.at(concurrency)
     roof = roofline_for(budget, hw, values, concurrency if cls.level_ids else None)
     resolution = resolution_of(cls, settings.resolution)
-    # asked for (a baseline for later runs: a quarter of the resolution, so that its own
-    # interval leaves the two-sample test room), or beside a base (for the speedup: half)
-    d = -math.log(1 - resolution)
-    precise = d / 4 if settings.until_precise else d / 2 if base is not None else None
+    # asked for: a baseline for later runs, to a quarter of the resolution, so that its own
+    # interval leaves the two-sample test room
+    precise = -math.log(1 - resolution) / 4 if settings.until_precise else None
     rule = RuleParameters(settings.confidence, settings.min_samples,
                           cls.samples or settings.samples, resolution, precise)
     origin = budget.origin(f"classes.{cls.name}.prompts")
@@ -95,7 +103,7 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
                                rule.max_samples + concurrency * (warmup + 1),
                                class_seed(f"{budget.path.name}::{cls.name}"))
     return ClassPlan(budget, cls, hw, roof, server_config(budget, settings), values, concurrency,
-                     rule, prompts, warmup, settings.max_seconds, base)
+                     rule, prompts, warmup, settings.max_seconds)
 
 
 def needs_demo(budget: Budget) -> bool:
@@ -139,9 +147,10 @@ def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str],
     overhead, overhead_source = (
         (budget.overhead_ms, budget.origin("overhead_ms")) if budget.overhead_ms is not None
         else overhead_for(budget.server.backend))
-    return compute_roofline(hw, model, budget.speculation, draft, budget.context,
-                            batch or budget.batch, overhead, budget.origins, budget.draft_step_ms,
-                            budget.head_dtype, overhead_source)
+    return compute_roofline(hw, model, budget.speculation, draft,
+                            Deployment(budget.context, batch or budget.batch, overhead,
+                                       budget.draft_step_ms, overhead_source),
+                            budget.head_dtype, budget.origins)
 
 
 def server_kernels(budget: Budget, model: Model, values: dict[str, str], threads: int,
@@ -198,19 +207,13 @@ def server_config(budget: Budget, settings: Settings) -> ServerConfig:
 
 # -- the twin without speculation -----------------------------------------------------------
 
-THRESHOLD_KEYS = ("accept", "min_efficiency", "min_tok_s", "max_ttft_ms", "min_speedup",
-                  "max_tpot_ms", "min_goodput")
-
-
 def wants_twin(budget: Budget, cls: ClassBudget, settings: Settings) -> bool:
     """Whether the class is also measured without speculation: the budget has a
     ``[no_speculation]`` table, the class (or one of its levels) sets ``min_speedup``, or
     ``--specbound-speedup`` asks for every budget."""
     if budget.speculation.method == "none":
         return False
-    by_level = any("min_speedup" in v for v in cls.levels.values())
-    return (settings.speedup or budget.no_speculation is not None
-            or cls.min_speedup is not None or by_level)
+    return settings.speedup or budget.no_speculation is not None or asks_speedup(cls)
 
 
 def twin_server(budget: Budget, settings: Settings) -> ServerConfig:
@@ -235,14 +238,6 @@ def twin_server(budget: Budget, settings: Settings) -> ServerConfig:
     return replace(base, launch=without_speculation(spec.launch, spec.backend, origin))
 
 
-def plain_class(cls: ClassBudget) -> ClassBudget:
-    """The class without thresholds (a base is measured, not judged)."""
-    levels = {k: {n: v for n, v in t.items() if n not in THRESHOLD_KEYS}
-              for k, t in cls.levels.items()}
-    return replace(cls, accept=None, min_efficiency=None, min_tok_s=None, max_ttft_ms=None,
-                   min_speedup=None, max_tpot_ms=None, min_goodput=None, levels=levels)
-
-
 def plan_twin(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings,
               concurrency: int) -> ClassPlan:
     """The class at the level on the server without speculation: no thresholds; it stops once
@@ -253,7 +248,7 @@ def plan_twin(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings
     twin = replace(budget, speculation=parse_speculation("none"), draft_model=None,
                    server=server, no_speculation=None, draft_step_ms=0.0, head_dtype=None,
                    hardware={})
-    plan = plan_class(twin, plain_class(cls), hw, replace(settings, url=None, launch=None),
+    plan = plan_class(twin, cls.without_limits(), hw, replace(settings, url=None, launch=None),
                       concurrency)
     half = -math.log(1 - plan.rule.resolution) / 2
     return replace(plan, rule=replace(plan.rule, precision=half))

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import Any, cast
 
+from pytest_specbound.gate.thresholds import SPECS
 from pytest_specbound.gate.verdict import REASONS, STATUSES, Diagnosis, Reason, Status, Verdict
 from pytest_specbound.measure.measurement import Measurement, Ttft
 from pytest_specbound.physics.roofline import Roofline
@@ -122,9 +123,7 @@ class ClassResult:
     verdict: Verdict
     budget_sha256: str | None = None
     model: str | None = None
-    accept_band: tuple[float, float] | None = None
-    min_efficiency: float | None = None
-    min_tok_s: float | None = None
+    limits: Mapping[str, Any] = field(default_factory=dict)  # its thresholds (gate/thresholds.py)
     roofline: RooflineFigures | None = None
     accept_length: float | None = None
     accept_source: AcceptSource = "none"
@@ -152,17 +151,15 @@ class ClassResult:
     aggregate_tok_s: float | None = None  # decode tokens over wall time, all streams together
     in_flight: float | None = None  # requests in flight while a request decoded (time-weighted)
     co_decoding: float | None = None  # sequences decoding at once, likewise
-    max_ttft_ms: float | None = None
     drained: Sequence[RequestRecord] = ()  # finished after the rule stopped (not counted)
     served: JSONObject = field(default_factory=dict)  # the server's settings and their sources
     telemetry: JSONObject | None = None  # GPU telemetry summary while the class ran
     transient: int = 0  # leading requests left out of the figures as a warm-up transient
     resolution: float | None = None  # the relative miss each threshold's test is sized for
     tests: JSONObject = field(default_factory=dict)  # per threshold: its sequential test's state
-    min_speedup: float | None = None
     speedup: float | None = None  # per-user decode with speculation over without (this level)
     speedup_bounds: tuple[float, float] | None = None  # at confidence_level
-    base: JSONObject | None = None  # the class measured without speculation (Baseline.to_json)
+    base: JSONObject | None = None  # the class measured without speculation (Sample.to_json)
     draft_step_ms: JSONObject | None = None  # the engine's cost per draft forward, measured
     command: str | None = None  # the server measured: its launch command (filled), or its URL
     backend: str | None = None  # the server family measured (sglang, vllm, llamacpp, ...)
@@ -170,9 +167,7 @@ class ClassResult:
     output_lengths: JSONObject = field(default_factory=dict)  # max_tokens, or its distribution
     tpot_ms: Ttft = field(default_factory=Ttft)  # time per output token: median, p90, p99
     goodput: float | None = None  # the share of requests meeting every SLO the class sets
-    max_tpot_ms: float | None = None
     tpot_percentile: float | None = None
-    min_goodput: float | None = None
     baseline: JSONObject | None = None  # the comparison with the last accepted run
 
     def __getitem__(self, key: str) -> object:
@@ -182,6 +177,16 @@ class ClassResult:
         if key not in data:
             raise KeyError(f"{key!r} is not a results key; valid: {', '.join(data)}")
         return data[key]
+
+    @property
+    def accept_band(self) -> tuple[float, float] | None:
+        band = self.limits.get("accept")
+        return (float(band[0]), float(band[1])) if band is not None else None
+
+    def limit(self, key: str) -> float | None:
+        """A threshold's value (a budget key: ``min_efficiency``), None where not set."""
+        value = self.limits.get(key)
+        return float(value) if isinstance(value, (int, float)) else None
 
     @property
     def base_decode_tok_s(self) -> float | None:
@@ -222,8 +227,7 @@ class ClassResult:
         return {
             "budget": self.budget, "budget_sha256": self.budget_sha256, "class": self.class_name,
             "hardware": self.hardware,
-            "accept_band": list(self.accept_band) if self.accept_band else None,
-            "min_efficiency": self.min_efficiency, "min_tok_s": self.min_tok_s,
+            **{s.field: s.to_json(self.limits.get(s.key)) for s in SPECS},
             "roofline": self.roofline.to_json() if self.roofline else None, "model": self.model,
             "accept_length": self.accept_length, "accept_source": self.accept_source,
             "decode_tok_s": self.decode_tok_s, "server_decode_tok_s": self.server_decode_tok_s,
@@ -231,7 +235,7 @@ class ClassResult:
                         "p99": self.ttft_ms.p99},
             "concurrency": self.concurrency, "level_ids": self.level_ids,
             "aggregate_tok_s": self.aggregate_tok_s, "in_flight": self.in_flight,
-            "co_decoding": self.co_decoding, "max_ttft_ms": self.max_ttft_ms,
+            "co_decoding": self.co_decoding,
             "served": dict(self.served), "telemetry": self.telemetry,
             "samples": self.samples, "stopped": self.stopped, "clock_ratio": self.clock_ratio,
             "clock_note": self.clock_note, "server_timed": self.server_timed,
@@ -247,7 +251,7 @@ class ClassResult:
             "text": list(v.lines), "roofline_tok_s": v.roofline_tok_s,
             "floor_tok_s": v.floor_tok_s, "efficiency": v.efficiency,
             "measured_round_ms": v.round_ms, "nodeid": self.nodeid,
-            "min_speedup": self.min_speedup, "speedup": self.speedup,
+            "speedup": self.speedup,
             "speedup_bounds": list(self.speedup_bounds) if self.speedup_bounds else None,
             "base_decode_tok_s": self.base_decode_tok_s, "base": self.base,
             "draft_step_ms": self.draft_step_ms, "command": self.command,
@@ -255,8 +259,7 @@ class ClassResult:
             "output_lengths": dict(self.output_lengths),
             "tpot_ms": {"median": self.tpot_ms.median, "p90": self.tpot_ms.p90,
                         "p99": self.tpot_ms.p99},
-            "goodput": self.goodput, "max_tpot_ms": self.max_tpot_ms,
-            "tpot_percentile": self.tpot_percentile, "min_goodput": self.min_goodput,
+            "goodput": self.goodput, "tpot_percentile": self.tpot_percentile,
             "baseline": self.baseline,
         }
 
@@ -279,7 +282,7 @@ class ClassResult:
             diagnosis if diagnosis in DIAGNOSES else "none",
             _float(d, "roofline_tok_s"), _float(d, "floor_tok_s"), _float(d, "efficiency"),
             _float(d, "measured_round_ms"))
-        band = d.get("accept_band")
+        limits = {s.key: s.from_json(d.get(s.field)) for s in SPECS}
         roof = d.get("roofline")
         ttft = _object(d, "ttft_ms")
         raw_bounds = d.get("bounds")
@@ -287,8 +290,7 @@ class ClassResult:
         return cls(
             budget=str(d["budget"]), class_name=str(d["class"]), hardware=str(d["hardware"]),
             verdict=verdict, budget_sha256=_str(d, "budget_sha256"), model=_str(d, "model"),
-            accept_band=(float(band[0]), float(band[1])) if isinstance(band, list) else None,
-            min_efficiency=_float(d, "min_efficiency"), min_tok_s=_float(d, "min_tok_s"),
+            limits={k: v for k, v in limits.items() if v is not None},
             roofline=RooflineFigures.from_json(roof) if isinstance(roof, Mapping) else None,
             accept_length=_float(d, "accept_length"),
             accept_source=source if source in ACCEPT_SOURCES else "none",
@@ -298,7 +300,7 @@ class ClassResult:
             concurrency=int(cast(int, d.get("concurrency") or 1)),
             level_ids=bool(d.get("level_ids")), aggregate_tok_s=_float(d, "aggregate_tok_s"),
             in_flight=_float(d, "in_flight"), co_decoding=_float(d, "co_decoding"),
-            max_ttft_ms=_float(d, "max_ttft_ms"), served=dict(_object(d, "served")),
+            served=dict(_object(d, "served")),
             telemetry=_object(d, "telemetry") or None,
             drained=tuple(RequestRecord.from_json(r) for r in _list(d, "drained_requests")
                           if isinstance(r, Mapping)),
@@ -316,14 +318,13 @@ class ClassResult:
                            if isinstance(r, Mapping)),
             elapsed_s=_float(d, "elapsed_s"), partial=bool(d.get("partial")),
             interrupted=bool(d.get("interrupted")), nodeid=_str(d, "nodeid"),
-            min_speedup=_float(d, "min_speedup"), speedup=_float(d, "speedup"),
+            speedup=_float(d, "speedup"),
             speedup_bounds=_pair(d, "speedup_bounds"), base=_object(d, "base") or None,
             draft_step_ms=_object(d, "draft_step_ms") or None, command=_str(d, "command"),
             backend=_str(d, "backend"), sampling=dict(_object(d, "sampling")),
             output_lengths=dict(_object(d, "output_lengths")),
             tpot_ms=Ttft(*(_float(_object(d, "tpot_ms"), k) for k in ("median", "p90", "p99"))),
-            goodput=_float(d, "goodput"), max_tpot_ms=_float(d, "max_tpot_ms"),
-            tpot_percentile=_float(d, "tpot_percentile"), min_goodput=_float(d, "min_goodput"),
+            goodput=_float(d, "goodput"), tpot_percentile=_float(d, "tpot_percentile"),
             baseline=_object(d, "baseline") or None,
         )
 

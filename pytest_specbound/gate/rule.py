@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pytest_specbound.gate.budget import ClassBudget
-from pytest_specbound.gate.evaluate import thresholds_decided
+from pytest_specbound.gate.class_budget import ClassBudget
+from pytest_specbound.gate.comparison import Comparison
+from pytest_specbound.gate.judge import decided
+from pytest_specbound.gate.thresholds import BY_TEST, own_limits
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prefill import level_roofline
-from pytest_specbound.measure.proportion import decide_share, decide_tpot, met_slos, tpot_values
 from pytest_specbound.measure.sequential import (
     MIN_DECISION,
     Decision,
@@ -22,14 +23,7 @@ from pytest_specbound.measure.sequential import (
     per_request,
     with_transient,
 )
-from pytest_specbound.measure.speedup import (
-    Baseline,
-    Earlier,
-    accept_values,
-    precise_enough,
-    spec_rates,
-    speedup_decision,
-)
+from pytest_specbound.measure.speedup import precise_enough, spec_rates
 from pytest_specbound.measure.stats import bounds
 from pytest_specbound.physics.roofline import Roofline
 from pytest_specbound.values import DEFAULT_RESOLUTION
@@ -37,31 +31,10 @@ from pytest_specbound.values import DEFAULT_RESOLUTION
 Decisions = Mapping[Threshold, Decision]
 
 
-def limits(cls: ClassBudget, base: Baseline | None = None,
-           earlier: Earlier | None = None) -> list[Limit]:
-    """Every one-sided test the class asks for (the accept band is two; ``min_speedup`` only
-    with a measured base to compare with)."""
-    out: list[Limit] = []
-    if cls.accept is not None:
-        out += [Limit(Threshold.ACCEPT_LOW, cls.accept[0]),
-                Limit(Threshold.ACCEPT_HIGH, cls.accept[1])]
-    if cls.min_efficiency is not None:
-        out.append(Limit(Threshold.EFFICIENCY, cls.min_efficiency))
-    if cls.min_tok_s is not None:
-        out.append(Limit(Threshold.DECODE_TOK_S, cls.min_tok_s))
-    if cls.max_ttft_ms is not None:
-        out.append(Limit(Threshold.TTFT_MS, cls.max_ttft_ms))
-    if cls.max_tpot_ms is not None:
-        out.append(Limit(Threshold.TPOT_MS, cls.max_tpot_ms))
-    if cls.min_goodput is not None:
-        out.append(Limit(Threshold.GOODPUT, cls.min_goodput))
-    if cls.min_speedup is not None and base is not None:
-        out.append(Limit(Threshold.SPEEDUP, cls.min_speedup))
-    if earlier is not None:  # no worse than the last accepted run, by a resolution
-        out.append(Limit(Threshold.BASELINE_DECODE, 1.0))
-        if earlier.accept is not None:
-            out.append(Limit(Threshold.BASELINE_ACCEPT, 1.0))
-    return out
+def limits(cls: ClassBudget, comparisons: Sequence[Comparison] = ()) -> list[Limit]:
+    """Every one-sided test the class asks for: its thresholds' (the accept band is two) and
+    its comparisons'."""
+    return own_limits(cls.limits) + [t for c in comparisons for t in c.limits(cls.limits)]
 
 
 def per_threshold_alpha(confidence: float, tests: int) -> float:
@@ -72,38 +45,26 @@ def per_threshold_alpha(confidence: float, tests: int) -> float:
 
 def decisions(cls: ClassBudget, m: Measurement, roof: Roofline, confidence: float,
               resolution: float, min_n: int = MIN_DECISION,
-              base: Baseline | None = None,
-              earlier: Earlier | None = None) -> dict[Threshold, Decision]:
+              comparisons: Sequence[Comparison] = ()) -> dict[Threshold, Decision]:
     """Each threshold's sequential test on ``m`` (its warm-up transient already excluded)."""
-    tests = limits(cls, base, earlier)
+    tests = limits(cls, comparisons)
     alpha = per_threshold_alpha(confidence, len(tests))
-    return {t.threshold: _share(cls, t, m, alpha, resolution, min_n)
-            if t.threshold in (Threshold.TPOT_MS, Threshold.GOODPUT)
-            else _decide(t, m, roof, alpha, resolution, min_n, base, earlier) for t in tests}
-
-
-def _share(cls: ClassBudget, t: Limit, m: Measurement, alpha: float, resolution: float,
-           min_n: int) -> Decision:
-    """A share of requests as a sequential proportion test (measure/proportion.py)."""
-    if t.threshold is Threshold.TPOT_MS:
-        return decide_tpot(tpot_values(m), t.value, cls.tpot_percentile / 100, alpha,
-                           resolution, min_n=min_n)
-    return decide_share(met_slos(m, cls.max_ttft_ms, cls.max_tpot_ms), t.value, alpha,
-                        resolution, min_n=min_n)
+    owner = {t.threshold: c for c in comparisons for t in c.limits(cls.limits)}
+    out: dict[Threshold, Decision] = {}
+    for t in tests:
+        spec = BY_TEST[t.threshold] if t.threshold not in owner else None
+        if t.threshold in owner:
+            out[t.threshold] = owner[t.threshold].decide(t, m, alpha, resolution, min_n)
+        elif spec is not None and spec.share is not None:
+            out[t.threshold] = spec.share(cls, m, t.value, alpha, resolution, min_n)
+        else:
+            out[t.threshold] = _decide(t, m, roof, alpha, resolution, min_n)
+    return out
 
 
 def _decide(t: Limit, m: Measurement, roof: Roofline, alpha: float, resolution: float,
-            min_n: int, base: Baseline | None = None, earlier: Earlier | None = None
-            ) -> Decision:
-    """One threshold's test (against a twin or an earlier run: the two-sample test)."""
-    fixed = {Threshold.SPEEDUP: (base, spec_rates),
-             Threshold.BASELINE_DECODE: (earlier.decode if earlier else None, spec_rates),
-             Threshold.BASELINE_ACCEPT: (earlier.accept if earlier else None, accept_values)}
-    if t.threshold in fixed:
-        other, values = fixed[t.threshold]
-        if other is None:
-            return Decision(Side.UNSURE, 0)
-        return speedup_decision(values(m), other, t.value, alpha, resolution, min_n)
+            min_n: int) -> Decision:
+    """One threshold's test on the per-request values (log ratios to the threshold)."""
     if t.value <= 0:  # a floor of 0 holds and a ceiling of 0 fails, whatever is measured
         return Decision(Side.OK if t.floor else Side.BAD, len(m.ok))
     if t.metric is Metric.ACCEPT_LENGTH:
@@ -154,9 +115,8 @@ class SequentialRule:
     min_samples: int
     max_samples: int
     resolution: float = DEFAULT_RESOLUTION
-    base: Baseline | None = None  # the class without speculation, for ``min_speedup``
+    comparisons: Sequence[Comparison] = ()  # the twin's, the last accepted run's
     precision: float | None = None  # also stop only once the decode rate is this precise
-    earlier: Earlier | None = None  # the last accepted run, for the two-sample test
     _memo: tuple[tuple[object, ...], Look] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:  # a class budget under the minimum lowers it
@@ -169,7 +129,7 @@ class SequentialRule:
     @property
     def level(self) -> float:
         """Confidence level of the intervals reported beside the tests (two-sided, 2 alpha)."""
-        tests = limits(self.budget, self.base, self.earlier)
+        tests = limits(self.budget, self.comparisons)
         return 1 - 2 * per_threshold_alpha(self.confidence, len(tests))
 
     def looks_at(self, n: int) -> bool:
@@ -183,7 +143,7 @@ class SequentialRule:
             return self._memo[1]
         settled = with_transient(m)
         found = decisions(self.budget, settled, self.roof, self.confidence, self.resolution,
-                          min(MIN_DECISION, self.min_samples), self.base, self.earlier)
+                          min(MIN_DECISION, self.min_samples), self.comparisons)
         look = Look(settled, found, bounds(settled, level_roofline(settled, self.roof).round_ms,
                                            self.level, self.roof.max_accept), self.level)
         self._memo = (key, look)
@@ -196,8 +156,8 @@ class SequentialRule:
         if not self.looks_at(n):
             return None
         look = self.look(m)
-        if thresholds_decided(self.budget, look.measurement, self.roof, look.decisions,
-                              self.base, self.earlier) and self._precise(look.measurement):
+        if decided(self.budget, look.measurement, self.roof, look.decisions,
+                   self.comparisons) and self._precise(look.measurement):
             return Stop.DECIDED, f"decided after {n} requests"
         if n >= self.max_samples:
             return Stop.SAMPLE_BUDGET, f"sample budget of {self.max_samples} requests"

@@ -8,21 +8,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pytest_specbound.errors import ServerError
-from pytest_specbound.gate.budget import Budget, ClassBudget
+from pytest_specbound.gate.budget import Budget
+from pytest_specbound.gate.class_budget import ClassBudget
 from pytest_specbound.gate.crosscheck import beaten_cpu_ceiling, mismatches, setting_findings
-from pytest_specbound.gate.judge import judge
+from pytest_specbound.gate.judge import Judging, judge
 from pytest_specbound.gate.measure_lock import exclusive_measurement
-from pytest_specbound.gate.plan import ClassPlan, plan_class
+from pytest_specbound.gate.plan import ClassPlan
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
 from pytest_specbound.gate.rule import Look, SequentialRule
-from pytest_specbound.gate.settings import Settings
-from pytest_specbound.gate.verdict import Verdict, batching_hint, explained
-from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, stream_samplers
+from pytest_specbound.gate.verdict import Verdict, batching_hint
+from pytest_specbound.measure.load import measure_at
 from pytest_specbound.measure.measurement import Measurement, Stop, Ttft
 from pytest_specbound.measure.prefill import level_roofline
-from pytest_specbound.measure.sampler import Sampler, measure
-from pytest_specbound.measure.speedup import Baseline, Earlier
+from pytest_specbound.measure.sampler import Sampler, Stopping, Workload
 from pytest_specbound.measure.telemetry import Telemetry, findings
 from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.physics.roofline import Roofline
@@ -101,11 +100,20 @@ Progress = Callable[[Measurement], None]
 Partial = Callable[[ClassResult], None]
 
 
-def measure_class(plan: ClassPlan, pool: ServerPool, on_record: Progress | None = None,
-                  partial: Partial | None = None,
-                  say: Callable[[str], None] | None = None) -> Measured:
-    """Measure the plan's class under the measurement lock. ``partial`` sees the result so far
-    after each request (and once more, marked interrupted, when Ctrl-C or SIGTERM ends it)."""
+@dataclass(frozen=True)
+class Hooks:
+    """Who hears about a class while it runs: ``on_record`` the measurement after each request,
+    ``partial`` the result so far (and once more, marked interrupted, when Ctrl-C or SIGTERM
+    ends it), ``say`` a line for the terminal."""
+
+    on_record: Progress | None = None
+    partial: Partial | None = None
+    say: Callable[[str], None] | None = None
+
+
+def measure_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> Measured:
+    """Measure the plan's class under the measurement lock."""
+    on_record, partial, say = hooks.on_record, hooks.partial, hooks.say
     server, backend = pool.get(plan.server, dict(plan.values), name=plan.budget.path.stem)
     base = base_result(plan)
     started = time.time()
@@ -164,18 +172,12 @@ def sample(plan: ClassPlan, server: Server, backend: Backend, info: ServerInfo,
     drafting nothing then verified one token per step)."""
     sampler = Sampler(server.endpoint, backend, plan.server.model_id, plan.roof.max_accept,
                       sampling=plan.cls.sampling, drafting=drafting)
-    cls = plan.cls
     tele = gpu_telemetry(plan.hw, server)
     telemetry: JSONObject | None = None
     try:
-        if plan.concurrency == 1:
-            m = measure(sampler, plan.prompts, cls.max_tokens, rule, plan.warmup,
-                        plan.max_seconds, progress, info=info)
-        else:
-            m = measure_closed_loop(stream_samplers(sampler, plan.concurrency), plan.prompts,
-                                    cls.max_tokens, rule, plan.warmup, plan.max_seconds,
-                                    progress, info=info,
-                                    window=CounterWindow(backend, server.endpoint))
+        m = measure_at(sampler, plan.concurrency,
+                       Workload(plan.prompts, plan.cls.max_tokens, plan.warmup),
+                       Stopping(rule, plan.max_seconds), progress, info)
     finally:
         telemetry = tele.stop() if tele else None
         if telemetry is None and plan.hw.name != "cpu":
@@ -186,69 +188,40 @@ def sample(plan: ClassPlan, server: Server, backend: Backend, info: ServerInfo,
 
 def judge_class(plan: ClassPlan, measured: Measured,
                 say: Callable[[str], None] | None = None) -> ClassResult:
-    """The plan's thresholds against what was measured: the verdict, explained."""
+    """The plan's thresholds and comparisons against what was measured: the verdict, and each
+    comparison's part of the result."""
     look, served, backend = measured.look, measured.served, measured.backend
-    hint = batching_hint(backend.name, backend.batching_setting, plan.concurrency, served.slots,
-                         served.sources.get("slots", ""))
-    verdict = judge(plan.cls, look.measurement, plan.roof, look.decisions, batching=hint,
-                    resolution=plan.rule.resolution, cached_tokens=backend.cached_tokens_setting,
-                    base=plan.base, level=look.level or plan.rule.confidence,
-                    earlier=plan.earlier)
-    verdict = explained(verdict, [*setting_findings(plan.hw, served),
-                                  *findings(measured.telemetry)], plan.cls.require_no_throttle)
-    beaten = beaten_cpu_ceiling(plan.roof.hardware, verdict.efficiency)
-    if beaten:
-        verdict = replace(verdict, lines=(*verdict.lines, beaten))
+    level = look.level or plan.rule.confidence
+    said: list[str] = []
+
+    def beaten(efficiency: float | None) -> str | None:
+        line = beaten_cpu_ceiling(plan.roof.hardware, efficiency)
+        if line:
+            said.append(line)
+        return line
+
+    how = Judging(plan.comparisons,
+                  batching_hint(backend.name, backend.batching_setting, plan.concurrency,
+                                served.slots, served.sources.get("slots", "")),
+                  plan.rule.resolution, backend.cached_tokens_setting, level,
+                  [*setting_findings(plan.hw, served), *findings(measured.telemetry)], beaten,
+                  measured.command)
+    verdict = judge(plan.cls, look.measurement, plan.roof, look.decisions, how=how)
+    for line in said:
         if say:
-            say(beaten)
+            say(line)
     base = replace(base_result(plan), served=served.to_json(), telemetry=measured.telemetry,
                    command=measured.command)
     result = replace(running_result(base, look, plan, measured.started),
                      verdict=verdict, partial=False)
-    return with_speedup(result, plan, look) if plan.base is not None else result
+    for comparison in plan.comparisons:
+        result = comparison.annotate(result, plan.roof, look.measurement, level)
+    return result
 
 
-def with_speedup(result: ClassResult, plan: ClassPlan, look: Look) -> ClassResult:
-    """The speedup over the class without speculation, and the engine's cost per draft forward:
-    the round above the roofline with speculation, less the same without, per forward."""
-    from pytest_specbound.measure.speedup import draft_step_cost, spec_rates, spec_rounds_ms, speedup
-    from pytest_specbound.physics.roofline import draft_forwards
-
-    assert plan.base is not None
-    m, level = look.measurement, look.level or plan.rule.confidence
-    s = speedup(spec_rates(m), plan.base, level)
-    forwards = draft_forwards(plan.roof.spec)
-    physics = (level_roofline(m, plan.roof).round_ms if m.timed else plan.roof.round_ms) \
-        - forwards * plan.roof.draft_step_ms
-    cost = draft_step_cost(spec_rounds_ms(m), physics, plan.base, forwards, level)
-    return replace(result, min_speedup=plan.cls.min_speedup,
-                   speedup=round(s.estimate, 4) if s else None,
-                   speedup_bounds=(round(s.low, 4), round(s.high, 4)) if s else None,
-                   base=plan.base.to_json(),
-                   draft_step_ms={**cost.to_json(), "floor_round_ms": round(physics, 4),
-                                  "concurrency": plan.concurrency} if cost else None)
-
-
-def baseline_of(plan: ClassPlan, measured: Measured) -> Baseline:
-    """A twin's measurement as the base its speculative class is compared with."""
-    from pytest_specbound.measure.speedup import spec_rates
-
-    m = measured.look.measurement
-    roof = level_roofline(m, plan.roof) if m.timed else plan.roof
-    return Baseline(tuple(spec_rates(m)),
-                    tuple(r.decode_s * 1e3 / r.decode_tokens for r in m.timed if r.decode_tokens),
-                    roof.round_ms, roof.tok_s(1.0), measured.command)
-
-
-def run_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings,
-              pool: ServerPool, on_record: Progress | None = None,
-              partial: Partial | None = None, say: Callable[[str], None] | None = None,
-              concurrency: int = 1, base: Baseline | None = None,
-              earlier: Earlier | None = None) -> ClassResult:
-    """Plan, measure and judge one class at one concurrency level (``base``: the class
-    measured without speculation, for the speedup; ``earlier``: the last accepted run)."""
-    plan = replace(plan_class(budget, cls, hw, settings, concurrency, base), earlier=earlier)
-    return judge_class(plan, measure_class(plan, pool, on_record, partial, say), say)
+def run_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> ClassResult:
+    """Measure and judge one planned class at its level."""
+    return judge_class(plan, measure_class(plan, pool, hooks), hooks.say)
 
 
 def slo_figures(m: Measurement, cls: ClassBudget) -> tuple[Ttft, float | None]:
@@ -257,8 +230,8 @@ def slo_figures(m: Measurement, cls: ClassBudget) -> tuple[Ttft, float | None]:
 
     values = tpot_values(m)
     tpot = Ttft(*(percentile(values, q) for q in (0.5, 0.9, 0.99)))
-    met = met_slos(m, cls.max_ttft_ms, cls.max_tpot_ms) \
-        if cls.max_ttft_ms is not None or cls.max_tpot_ms is not None else []
+    ttft, tpot_limit = cls.limits.get("max_ttft_ms"), cls.limits.get("max_tpot_ms")
+    met = met_slos(m, ttft, tpot_limit) if ttft is not None or tpot_limit is not None else []
     return tpot, round(sum(met) / len(met), 4) if met else None
 
 
@@ -268,11 +241,9 @@ def base_result(plan: ClassPlan) -> ClassResult:
     return ClassResult(
         budget=str(budget.path), class_name=cls.name, hardware=plan.hw.label,
         verdict=Verdict("running"), budget_sha256=budget.sha256, model=roof.model.name,
-        accept_band=cls.accept, min_efficiency=cls.min_efficiency, min_tok_s=cls.min_tok_s,
-        roofline=RooflineFigures.of(roof), partial=True, concurrency=plan.concurrency,
-        level_ids=cls.level_ids, max_ttft_ms=cls.max_ttft_ms, sampling=cls.sampling.given(),
-        max_tpot_ms=cls.max_tpot_ms, min_goodput=cls.min_goodput,
-        tpot_percentile=cls.tpot_percentile if cls.max_tpot_ms is not None else None,
+        limits=dict(cls.limits), roofline=RooflineFigures.of(roof), partial=True,
+        concurrency=plan.concurrency, level_ids=cls.level_ids, sampling=cls.sampling.given(),
+        tpot_percentile=cls.tpot_percentile if "max_tpot_ms" in cls.limits else None,
         output_lengths=cls.output_lengths.to_json() if cls.output_lengths
         else {"max_tokens": cls.max_tokens})
 

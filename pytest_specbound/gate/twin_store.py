@@ -1,6 +1,7 @@
-"""Bases measured once per run, across pytest-xdist workers too: the first worker that needs
-the bases measures them under one lock in the run's shared folder and leaves each there; the
-others read them (without xdist the store holds nothing and each base is measured here)."""
+"""Twins (classes measured without speculation) measured once per run, across pytest-xdist
+workers too: the first worker that needs them measures them under one lock in the run's shared
+folder and leaves each result there; the others read them (without xdist the store holds
+nothing and each twin is measured here)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from pytest_specbound.atomic import write_json
 from pytest_specbound.errors import ServerError, SpecboundError
-from pytest_specbound.measure.speedup import Baseline
+from pytest_specbound.gate.result import ClassResult
 
 TwinKey = tuple[str, str, int]  # budget path, class, level
 
@@ -40,24 +41,19 @@ class TwinStore:
         digest = hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:16]
         return self.folder / f"specbound-twin-{digest}.json"
 
-    def load(self, key: TwinKey) -> Baseline | SpecboundError | None:
-        """A base another worker measured (or its error); None where none is stored."""
+    def load(self, key: TwinKey) -> ClassResult | SpecboundError | None:
+        """A twin's result another worker measured (or its error); None where none is stored."""
         path = self._path(key)
         if path is None or not path.is_file():
             return None
         stored = json.loads(path.read_text(encoding="utf-8"))
         if "error" in stored:
             return ServerError(stored["error"])
-        return Baseline(tuple(stored["rates"]), tuple(stored["rounds_ms"]),
-                        stored["floor_round_ms"], stored["roofline_tok_s"], stored["command"])
+        return ClassResult.from_json(stored["result"])
 
-    def save(self, key: TwinKey, found: Baseline | SpecboundError) -> None:
+    def save(self, key: TwinKey, found: ClassResult | SpecboundError) -> None:
         path = self._path(key)
         if path is None:
             return
-        if isinstance(found, SpecboundError):
-            write_json(path, {"error": str(found)})
-        else:
-            write_json(path, {"rates": list(found.rates), "rounds_ms": list(found.rounds_ms),
-                              "floor_round_ms": found.floor_round_ms,
-                              "roofline_tok_s": found.roofline_tok_s, "command": found.command})
+        write_json(path, {"error": str(found)} if isinstance(found, SpecboundError)
+                   else {"result": found.to_json()})

@@ -8,13 +8,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from pytest_specbound.errors import ServerError, SpecboundError
+from pytest_specbound.gate.against_twin import twin_sample
 from pytest_specbound.gate.budget import Budget
 from pytest_specbound.gate.plan import ClassPlan, plan_twin
 from pytest_specbound.gate.pool import ServerPool
-from pytest_specbound.gate.runner import baseline_of, measure_class
+from pytest_specbound.gate.result import ClassResult
+from pytest_specbound.gate.runner import Hooks, judge_class, measure_class
 from pytest_specbound.gate.settings import Settings
 from pytest_specbound.gate.twin_store import TwinKey, TwinStore
-from pytest_specbound.measure.speedup import Baseline
 from pytest_specbound.physics.hardware import Hardware
 
 
@@ -26,7 +27,7 @@ class Twins:
     settings: Settings
     pool: ServerPool
     say: Callable[[str], None] | None = None
-    _found: dict[TwinKey, Baseline | SpecboundError] = field(default_factory=dict)
+    _found: dict[TwinKey, ClassResult | SpecboundError] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.store = TwinStore(self.pool.shared_dir)
@@ -65,30 +66,32 @@ class Twins:
             self.store.save(key, self._found[key])
         self.pool.stop_launched()
 
-    def _measure(self, plan: ClassPlan) -> Baseline | SpecboundError:
+    def _measure(self, plan: ClassPlan) -> ClassResult | SpecboundError:
         say = self.say
         if say:
             say(f"measuring {plan.what} without speculation"
                 + (f": {plan.server.launch}" if plan.server.launch else f" at {plan.server.url}"))
         try:
-            measured = measure_class(plan, self.pool, say=say)
+            measured = measure_class(plan, self.pool, Hooks(say=say))
         except SpecboundError as exc:
             return ServerError(f"the server without speculation: {exc}")
         m = measured.look.measurement
         if not m.timed:
             why = m.failures[0].error if m.failures else "no request was timed"
             return ServerError(f"the server without speculation: {plan.what}: {why}")
-        base = baseline_of(plan, measured)
+        result = judge_class(plan, measured)
         if say:
+            base = twin_sample(result)
             say(f"{plan.what} without speculation: {base.decode_tok_s:.1f} tok/s per user over "
                 f"{base.n} requests ({measured.command})")
-        return base
+        return result
 
     def has(self, budget: Budget, name: str, level: int) -> bool:
         return (str(budget.path), name, level) in self._found
 
-    def get(self, budget: Budget, name: str, level: int) -> Baseline:
-        """The base of one class at one level; a ServerError saying why when there is none."""
+    def get(self, budget: Budget, name: str, level: int) -> ClassResult:
+        """The twin's result of one class at one level; a ServerError saying why when there is
+        none."""
         found = self._found.get((str(budget.path), name, level))
         if found is None:
             raise ServerError(f"{budget.path.name}::{name} at concurrency {level}: its base "

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 from pytest_specbound.errors import RequestError
 from pytest_specbound.measure.measurement import Measurement, Stop
-from pytest_specbound.measure.sampler import Collector, Sampler, StoppingRule
-from pytest_specbound.serving.backends.base import Backend, Prompt
+from pytest_specbound.measure.sampler import Collector, Sampler, Stopping, Workload
+from pytest_specbound.serving.backends.base import Backend
 from pytest_specbound.serving.prometheus import counter_delta
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.transport import Endpoint
@@ -90,38 +90,34 @@ class CounterWindow:
 
 def measure_closed_loop(
     samplers: Sequence[Sampler],
-    prompts: Sequence[Prompt],
-    max_tokens: int,
-    rule: StoppingRule,
-    warmup: int = 1,
-    max_seconds: float | None = None,
+    workload: Workload,
+    stopping: Stopping,
     on_record: Callable[[Measurement], None] | None = None,
-    max_untimed: int | None = None,
     info: ServerInfo | None = None,
     window: CounterWindow | None = None,
 ) -> Measurement:
-    """Keep ``len(samplers)`` requests in flight until ``rule`` stops (see the module text).
+    """Keep ``len(samplers)`` requests in flight until ``stopping`` (see the module text).
 
     ``window``, when given, supplies the accept length from server counters for as long as no
     request carries its own. Ctrl-C: the measurement so far goes to ``on_record`` and the
     interrupt propagates (the stream threads are daemons; the server is stopped by the caller).
     """
-    got = Collector(samplers[0].backend.name, rule, warmup, max_untimed, info,
-                    concurrency=len(samplers))
-    loop = _ClosedLoop(got, rule, prompts, max_tokens, warmup, max_seconds, on_record, window)
+    got = Collector(samplers[0].backend.name, stopping.rule, workload.warmup, stopping.max_untimed,
+                    info, concurrency=len(samplers))
+    loop = _ClosedLoop(got, workload, stopping, on_record, window)
     return loop.run(samplers)
 
 
 class _ClosedLoop:
     """The streams of one level and what they share: the collector, the lock, the stop."""
 
-    def __init__(self, got: Collector, rule: StoppingRule, prompts: Sequence[Prompt],
-                 max_tokens: int, warmup: int, max_seconds: float | None,
+    def __init__(self, got: Collector, workload: Workload, stopping: Stopping,
                  on_record: Callable[[Measurement], None] | None,
                  window: CounterWindow | None) -> None:
-        self.got, self.rule, self.window = got, rule, window
-        self.prompts, self.max_tokens, self.warmup = prompts, max_tokens, warmup
-        self.max_seconds, self.on_record = max_seconds, on_record
+        self.got, self.rule, self.window = got, stopping.rule, window
+        self.prompts, self.max_tokens = workload.prompts, workload.max_tokens
+        self.warmup = workload.warmup
+        self.max_seconds, self.on_record = stopping.max_seconds, on_record
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.ended: list[tuple[Stop, str]] = []
@@ -223,3 +219,17 @@ def stream_samplers(sampler: Sampler, n: int) -> list[Sampler]:
     return [Sampler(sampler.endpoint.clone(), sampler.backend, sampler.model, sampler.max_accept,
                     counters_per_request=False, sampling=sampler.sampling,
                     drafting=sampler.drafting) for _ in range(n)]
+
+
+def measure_at(sampler: Sampler, level: int, workload: Workload, stopping: Stopping,
+               on_record: Callable[[Measurement], None] | None = None,
+               info: ServerInfo | None = None) -> Measurement:
+    """One stream at level 1 (:func:`~pytest_specbound.measure.sampler.measure`), else a closed
+    loop of ``level`` streams with the server's counters read around it: what the gate and
+    ``specbound measure`` both send."""
+    from pytest_specbound.measure.sampler import measure
+
+    if level == 1:
+        return measure(sampler, workload, stopping, on_record, info=info)
+    return measure_closed_loop(stream_samplers(sampler, level), workload, stopping, on_record,
+                               info=info, window=CounterWindow(sampler.backend, sampler.endpoint))

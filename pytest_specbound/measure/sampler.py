@@ -21,7 +21,8 @@ from pytest_specbound.serving.backends.base import (
 )
 from pytest_specbound.serving.prometheus import counter_delta
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
-from pytest_specbound.serving.transport import ConnectFailed, Endpoint, RequestBody, StreamResult
+from pytest_specbound.serving.stream_result import StreamResult
+from pytest_specbound.serving.transport import ConnectFailed, Endpoint, RequestBody
 
 DEFAULT_MAX_ACCEPT = 8  # tokens one verify step may emit, where the speculation is not known
 LOOPBACK_FLOOR_S = 20e-6  # no server answers a request faster than a loopback round trip
@@ -275,27 +276,45 @@ class Collector:
                            counters_restarted=self.counters_restarted)
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What to send: ``prompts`` round-robin, each up to ``max_tokens`` output tokens (a prompt's
+    own length first), after ``warmup`` uncounted requests (per stream under concurrency)."""
+
+    prompts: Sequence[Prompt]
+    max_tokens: int
+    warmup: int = 1
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """When to stop: when ``rule`` says so, past ``max_seconds`` of counting, or past
+    ``max_untimed`` requests the client could not time (default: the rule's sample budget)."""
+
+    rule: StoppingRule
+    max_seconds: float | None = None
+    max_untimed: int | None = None
+
+
 def measure(
     sampler: Sampler,
-    prompts: Sequence[Prompt],
-    max_tokens: int,
-    rule: StoppingRule,
-    warmup: int = 1,
-    max_seconds: float | None = None,
+    workload: Workload,
+    stopping: Stopping,
     on_record: Callable[[Measurement], None] | None = None,
-    max_untimed: int | None = None,
     info: ServerInfo | None = None,
 ) -> Measurement:
-    """Run ``warmup`` uncounted requests, then sample prompts round-robin until ``rule`` stops.
+    """Run the warm-up's uncounted requests, then sample prompts round-robin until ``stopping``.
 
     One request at a time (:func:`pytest_specbound.measure.load.measure_closed_loop` keeps N in
     flight). ``on_record`` sees the measurement so far after every request. A request the client
-    could not time is kept apart and retried; past ``max_untimed`` such requests (default: the
-    rule's sample budget) sampling stops with :attr:`Stop.UNTIMED`. Ctrl-C ends sampling with
+    could not time is kept apart and retried; past ``stopping.max_untimed`` such requests
+    sampling stops with :attr:`Stop.UNTIMED`. Ctrl-C ends sampling with
     :attr:`Stop.INTERRUPTED`: the measurement so far goes to ``on_record``, then the interrupt
     propagates.
     """
-    got = Collector(sampler.backend.name, rule, warmup, max_untimed, info)
+    rule, max_seconds = stopping.rule, stopping.max_seconds
+    prompts, max_tokens, warmup = workload.prompts, workload.max_tokens, workload.warmup
+    got = Collector(sampler.backend.name, rule, warmup, stopping.max_untimed, info)
     try:
         for i in range(warmup):
             sampler.one(prompts[i % len(prompts)], max_tokens)

@@ -34,14 +34,15 @@ from pytest_specbound.measure.stats import Interval, t_quantile
 
 
 @dataclass(frozen=True)
-class Baseline:
-    """The class at the level measured without speculation: per-request decode rates and
-    round times, the roofline's round without speculation, and the server's command."""
+class Sample:
+    """A reference sample the two-sample tests compare with, fixed before this run's requests:
+    per-request values (decode rates, or accept lengths) and, for the class measured without
+    speculation, its round times, its roofline's round and the server's command."""
 
-    rates: tuple[float, ...]  # per-request decode tok/s (per user)
-    rounds_ms: tuple[float, ...]  # per-request time per round (one token per round)
-    floor_round_ms: float  # the roofline's round at the level, no speculation
-    roofline_tok_s: float
+    rates: tuple[float, ...]  # per-request values: decode tok/s per user, or accept lengths
+    rounds_ms: tuple[float, ...] = ()  # per-request time per round (one token per round)
+    floor_round_ms: float = 0.0  # the roofline's round at the level, no speculation
+    roofline_tok_s: float = 0.0
     command: str | None = None
 
     @property
@@ -97,7 +98,7 @@ def spec_rates(m: Measurement) -> list[float]:
     return [r.decode_tokens / r.decode_s for r in m.timed]
 
 
-def speedup(rates: Sequence[float], base: Baseline, level: float) -> Interval | None:
+def speedup(rates: Sequence[float], base: Sample, level: float) -> Interval | None:
     """Speculative over base per-user decode rate: ratio of geometric means, Welch interval."""
     diff = welch(_logs(rates), _logs(base.rates), level)
     if diff is None:
@@ -105,7 +106,7 @@ def speedup(rates: Sequence[float], base: Baseline, level: float) -> Interval | 
     return Interval(math.exp(diff.estimate), math.exp(diff.low), math.exp(diff.high))
 
 
-def speedup_decision(rates: Sequence[float], base: Baseline, limit: float, alpha: float,
+def speedup_decision(rates: Sequence[float], base: Sample, limit: float, alpha: float,
                      resolution: float, min_n: int = MIN_DECISION) -> Decision:
     """``min_speedup = limit``'s sequential test (see the module's docstring)."""
     logs = _logs(rates)
@@ -151,7 +152,7 @@ def spec_rounds_ms(m: Measurement) -> list[float]:
             if (r.verify_steps or r.decode_tokens)]
 
 
-def draft_step_cost(rounds_ms: Sequence[float], floor_round_ms: float, base: Baseline,
+def draft_step_cost(rounds_ms: Sequence[float], floor_round_ms: float, base: Sample,
                     forwards: int, level: float) -> DraftCost | None:
     """(mean round above ``floor_round_ms``) less (the base's above its floor), per forward;
     None without draft forwards (n-gram lookup) or with too few requests."""
@@ -176,23 +177,11 @@ def precise_enough(rates: Sequence[float], level: float, half_width: float) -> b
         <= half_width
 
 
-@dataclass(frozen=True)
-class Earlier:
-    """The last accepted run of one class at one level: its per-request decode rates and accept
-    lengths (the two-sample test's fixed side), its point figures, and how a verdict names it."""
-
-    decode: Baseline
-    accept: Baseline | None
-    label: str  # "baseline run 2026-12-04 (commit abc1234)"
-    accept_length: float | None = None
-    round_ms: float | None = None
-
-
 def accept_values(m: Measurement) -> list[float]:
     return [r.decode_tokens / r.verify_steps for r in m.timed if r.verify_steps]
 
 
-def change(values: Sequence[float], earlier: Baseline, level: float) -> Interval | None:
+def change(values: Sequence[float], earlier: Sample, level: float) -> Interval | None:
     """This run over the earlier one, as a relative change (-0.074 = 7.4% lower), with its
     Welch interval on the log scale."""
     ratio = speedup(values, earlier, level)

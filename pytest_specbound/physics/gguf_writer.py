@@ -7,30 +7,50 @@ any text tokenizes and target and draft models share one vocabulary.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 VOCAB = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
 
 
-def write_llama_gguf(
-    path: Path, n_layers: int = 2, hidden: int = 128, ffn: int = 256, heads: int = 4,
-    kv_heads: int | None = None, seed: int = 0, context: int = 4096, nextn: int = 0,
-    extra_fields: Mapping[str, int] | None = None, quant: str | None = None,
-) -> Path:
-    """Write a random-weight llama GGUF (f16 matrices, f32 norms) and return its path.
+@dataclass(frozen=True)
+class LlamaShape:
+    """The architecture of a generated model: its decoder and the metadata that describes it.
+
+    ``kv_heads`` defaults to ``heads``. ``nextn`` appends that many MTP blocks after the decoder
+    (llama.cpp's layout: counted in ``block_count``, named by ``nextn_predict_layers``);
+    ``extra_fields`` adds ``llama.KEY`` integer metadata (for example the SSM fields of a hybrid
+    model).
+    """
+
+    n_layers: int = 2
+    hidden: int = 128
+    ffn: int = 256
+    heads: int = 4
+    kv_heads: int | None = None
+    context: int = 4096
+    nextn: int = 0
+    extra_fields: Mapping[str, int] | None = None
+
+
+DEFAULT_SHAPE = LlamaShape()
+
+
+def write_llama_gguf(path: Path, shape: LlamaShape = DEFAULT_SHAPE, seed: int = 0,
+                     quant: str | None = None) -> Path:
+    """Write a random-weight llama GGUF of ``shape`` (f16 matrices, f32 norms) and return its
+    path; ``seed`` draws the weights.
 
     ``quant`` ("q8_0" or "q4_0") stores the matrices with gguf's own quantizers instead, as
     llama.cpp's quantize tool would: those run llama.cpp's tuned integer kernels on a CPU.
-
-    ``nextn`` appends that many MTP blocks after the decoder (llama.cpp's layout: counted in
-    ``block_count``, named by ``nextn_predict_layers``); ``extra_fields`` adds ``llama.KEY``
-    integer metadata (for example the SSM fields of a hybrid model).
     """
     import gguf
     import numpy as np
 
-    kv_heads = kv_heads or heads
+    n_layers, hidden, ffn, heads = shape.n_layers, shape.hidden, shape.ffn, shape.heads
+    context, nextn, extra_fields = shape.context, shape.nextn, shape.extra_fields
+    kv_heads = shape.kv_heads or heads
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name(path.stem)
     writer.add_context_length(context)

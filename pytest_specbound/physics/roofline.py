@@ -8,7 +8,7 @@ verified, so ``tok/s = accept_length / round_time``. The batch ``B`` enters as t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from pytest_specbound.errors import ConfigError
@@ -47,6 +47,24 @@ def expected_distinct_experts(n_experts: int, top_k: int, tokens: int) -> float:
 
 
 @dataclass(frozen=True)
+class Deployment:
+    """How the model is served, beside what is served: the context and batch each round runs at,
+    the engine's per-round constant (and where it came from), and its own cost per draft
+    forward beyond the physics (measured by the team, not a floor: 0 keeps the roofline a
+    ceiling)."""
+
+    context: int = DEFAULT_CONTEXT
+    batch: int = 1
+    overhead_ms: float = DEFAULT_OVERHEAD_MS  # scheduler and sampling per round
+    draft_step_ms: float = 0.0
+    overhead_source: str = ""  # where overhead_ms came from
+
+
+DEPLOYMENT_KEYS = tuple(f.name for f in fields(Deployment))
+DEFAULT_DEPLOYMENT = Deployment()
+
+
+@dataclass(frozen=True)
 class Roofline:
     """One speculative round on ``hardware`` for ``model`` with ``spec``."""
 
@@ -67,6 +85,12 @@ class Roofline:
     @property
     def round_ms(self) -> float:
         return sum(self.components_ms.values())
+
+    @property
+    def deployment(self) -> Deployment:
+        """The serving side this round was computed for (what :meth:`what_if` keeps)."""
+        return Deployment(self.context, self.batch, self.components_ms["overhead"],
+                          self.draft_step_ms, self.overhead_source)
 
     @property
     def compute_slack_ms(self) -> float:
@@ -113,14 +137,16 @@ class Roofline:
         return accept / self.round_ms * 1e3
 
     def what_if(self, **changes: Any) -> Roofline:
-        """Recompute with another ``dtype``, ``hardware``, ``spec``, ``context`` or ``batch``."""
+        """Recompute with another ``dtype``, ``hardware``, ``spec``, ``context`` or ``batch`` (or
+        any other :class:`Deployment` field)."""
         dtype = changes.pop("dtype", None)
         model = self.model.with_dtype(dtype) if dtype else self.model
+        deployment = replace(self.deployment,
+                             **{k: changes.pop(k) for k in DEPLOYMENT_KEYS if k in changes})
         args: dict[str, Any] = {
             "hardware": self.hardware, "model": model, "spec": self.spec,
-            "draft_model": self.draft_model, "context": self.context, "batch": self.batch,
-            "overhead_ms": self.components_ms["overhead"], "draft_step_ms": self.draft_step_ms,
-            "head_dtype": self.head_dtype, "overhead_source": self.overhead_source,
+            "draft_model": self.draft_model, "deployment": deployment,
+            "head_dtype": self.head_dtype,
         }
         args.update(changes)
         return compute_roofline(**args)
@@ -230,12 +256,14 @@ def _draft_ms(
         if draft is None:
             raise ConfigError(f"{names['spec']}={spec.label} needs {names['draft_model']} "
                               "(catalog name, config.json or .gguf)")
-        one = compute_roofline(hw, draft, Speculation("none", 0, 0), None, context, batch, 0.0)
+        one = compute_roofline(hw, draft, Speculation("none", 0, 0), None,
+                               Deployment(context, batch, 0.0))
         return accept + spec.steps * _forward_ms(one.round_ms, draft.n_layers, hw)
     # dflash: one block-drafter forward per round
     if draft is not None:
         tokens = spec.verify_tokens * batch
-        one = compute_roofline(hw, draft, Speculation("none", 0, 0), None, context, tokens, 0.0)
+        one = compute_roofline(hw, draft, Speculation("none", 0, 0), None,
+                               Deployment(context, tokens, 0.0))
         return accept + _forward_ms(one.round_ms, draft.n_layers, hw)
     step = _head(DFLASH_LAYERS * _bf16(model.layer_bytes, model)
                  + _bf16(model.lm_head_bytes, model), head_dtype)
@@ -248,24 +276,22 @@ def compute_roofline(
     model: Model,
     spec: Speculation,
     draft_model: Model | None = None,
-    context: int = DEFAULT_CONTEXT,
-    batch: int = 1,
-    overhead_ms: float = DEFAULT_OVERHEAD_MS,
-    names: Mapping[str, str] | None = None,
-    draft_step_ms: float = 0.0,
+    deployment: Deployment = DEFAULT_DEPLOYMENT,
     head_dtype: str | None = None,
-    overhead_source: str = "",
+    names: Mapping[str, str] | None = None,
 ) -> Roofline:
-    """Per-round breakdown for ``batch`` sequences each verifying ``spec.verify_tokens`` tokens.
+    """Per-round breakdown for ``deployment.batch`` sequences each verifying
+    ``spec.verify_tokens`` tokens.
 
+    The model side is ``model``, ``spec``, ``draft_model`` and ``head_dtype``: the last stores an
+    MTP, EAGLE or DFlash head in another dtype than bf16 (MTP: than the target's); a draft model
+    has its own dtype instead, so with one it is ignored. ``deployment`` is the serving side.
     ``names`` says where each input came from, for errors (``spec``, ``draft_model``, ``batch``,
     ``context``, ``overhead_ms``, ``draft_step_ms``: a flag, or a budget's file:line: key);
-    default: the key itself. ``draft_step_ms`` is the engine's own cost per draft forward beyond
-    the physics (measured by the team, not a floor): 0 keeps the roofline a ceiling.
-    ``head_dtype`` stores an MTP, EAGLE or DFlash head in another dtype than bf16 (MTP: than the
-    target's); a draft model has its own dtype instead, so with one it is ignored.
-    ``overhead_source`` says where ``overhead_ms`` came from.
+    default: the key itself.
     """
+    context, batch = deployment.context, deployment.batch
+    overhead_ms, draft_step_ms = deployment.overhead_ms, deployment.draft_step_ms
     names = {**{k: k for k in ORIGIN_KEYS}, **(names or {})}
     if batch < 1:
         raise ConfigError(f"{names['batch']}={batch}: must be at least 1")
@@ -293,7 +319,7 @@ def compute_roofline(
         "overhead": overhead_ms,
     }
     return Roofline(hardware, model, spec, components, _bound(v["compute_total"], memory, components),
-                    context, batch, draft_model, draft_step_ms, overhead_source, head_dtype,
+                    context, batch, draft_model, draft_step_ms, deployment.overhead_source, head_dtype,
                     v["compute_total"], _matmul_ms(hardware, model, 1, hardware.prefill_tflops(
                         model.dtype)))
 

@@ -1,5 +1,6 @@
 """pytest glue: options and configuration here; the run's state and session hooks in
-``session``, budget files as items in ``items``, the marker's fixtures in ``fixtures``.
+``session``, budget files as items in ``items`` (collected by ``collect``), the marker's
+fixtures in ``fixtures``.
 
 Import-light on purpose: pytest imports this package in every session of every project that has
 it installed, so everything beyond ``settings`` is imported inside the hooks that use it.
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_specbound.gate.settings import OPTIONS, resolve
+from pytest_specbound.plugin.collect import Collection
 from pytest_specbound.plugin.fixtures import (
     specbound_check,
     specbound_concurrency,
@@ -70,6 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     session = SpecboundSession(config, settings, hardware)
     config.stash[SESSION] = session
     config.pluginmanager.register(session, "specbound-session")
+    config.pluginmanager.register(Collection(session), "specbound-collection")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistSharing(), "specbound-xdist")
 

@@ -15,12 +15,11 @@ import pytest
 from pytest_specbound._toml import TomlTable
 
 if TYPE_CHECKING:
-    from pytest_specbound.gate.baseline import BaselineRuns
     from pytest_specbound.gate.budget import Budget
     from pytest_specbound.gate.pool import ServerPool
     from pytest_specbound.gate.result import ClassResult
+    from pytest_specbound.gate.run import GateRun, Wanted
     from pytest_specbound.gate.settings import Settings
-    from pytest_specbound.gate.twins import Twins
     from pytest_specbound.gate.verdict import Verdict
     from pytest_specbound.physics.hardware import Hardware
     from pytest_specbound.report.outputs import Outputs
@@ -71,9 +70,8 @@ class SpecboundSession:
         self._outputs: Outputs | None = None
         self.controller = not hasattr(config, "workerinput")
         self._old_sigterm: Any = None
-        self._items: list[pytest.Item] = []  # the budget items this session runs
-        self._twins: Twins | None = None
-        self._baseline_runs: BaselineRuns | None = None
+        self.wanted: list[Wanted] = []  # the budget items this session runs (plugin/collect.py)
+        self._gate: GateRun | None = None
 
     # -- session resources ---------------------------------------------------------------
     @property
@@ -116,7 +114,20 @@ class SpecboundSession:
 
     def levels(self, budget: Budget, cls_name: str) -> tuple[int, ...]:
         """The concurrency levels a class runs at: ``--specbound-concurrency``, else its own."""
-        return self.settings.concurrency or budget.classes[cls_name].concurrency
+        from pytest_specbound.gate.run import levels_of
+
+        return levels_of(self.settings, budget, cls_name)
+
+    @property
+    def gate(self) -> GateRun:
+        """The run: every collected class planned, and its twins measured, before the first."""
+        if self._gate is None:
+            from pytest_specbound.gate.run import GateRun
+
+            hw = self.hardware
+            assert hw is not None
+            self._gate = GateRun(hw, self.settings, self.pool, self.outputs.identity, self._say)
+        return self._gate
 
     def run(self, budget: Budget, cls_name: str, item: pytest.Item,
             concurrency: int = 1) -> ClassResult:
@@ -124,15 +135,10 @@ class SpecboundSession:
 
         from pytest_specbound.errors import SpecboundError
         from pytest_specbound.gate.result import ClassResult
-        from pytest_specbound.gate.runner import run_class
+        from pytest_specbound.gate.runner import Hooks
         from pytest_specbound.gate.verdict import Verdict
 
-        hw = self.hardware
-        assert hw is not None
-        budget = budget.for_hardware(hw.label)
-        cls = replace(budget.classes[cls_name], concurrency=self.levels(budget, cls_name))
         progress = self._progress(item.nodeid)
-        say = progress.waiting if progress else self._say
         running = self.outputs.running
 
         def partial(result: ClassResult) -> None:
@@ -140,67 +146,22 @@ class SpecboundSession:
             if self.controller:
                 self.outputs.write_json(partial=True)
 
+        hooks = Hooks(progress.update if progress else None, partial,
+                      progress.waiting if progress else self._say)
         try:
-            base = self._base(budget, cls_name, concurrency)
-            compare = self._baseline.reference(budget, cls_name, concurrency, hw.label) \
-                if self._baseline else None
-            result = run_class(budget, cls, hw, self.settings, self.pool,
-                               progress.update if progress else None, partial, say, concurrency,
-                               base, compare.earlier if compare else None)
-            if self._baseline:
-                result = self._baseline.judged(result, compare)
+            self.gate.prepare(self.wanted)
+            result = self.gate.run(budget, cls_name, concurrency, hooks)
         except KeyboardInterrupt:
             raise  # the partial entry stays in the running results and is written as such
         except SpecboundError as exc:
             running.pop(item.nodeid, None)
-            self._record(item, ClassResult(str(budget.path), cls_name, hw.label,
+            self._record(item, ClassResult(str(budget.path), cls_name, self.gate.hw.label,
                                            Verdict("error", [str(exc)], ("setup",)),
-                                           concurrency=concurrency, level_ids=cls.level_ids))
+                                           concurrency=concurrency,
+                                           level_ids=self.levels(budget, cls_name) != (1,)))
             raise
         running.pop(item.nodeid, None)
         return self._record(item, result)
-
-    @property
-    def _baseline(self) -> BaselineRuns | None:
-        """The last accepted run (``--specbound-baseline``), read once."""
-        if self.settings.baseline is None:
-            return None
-        if self._baseline_runs is None:
-            from pytest_specbound.gate.baseline import BaselineRuns
-
-            self._baseline_runs = BaselineRuns(self.settings, self.outputs.identity())
-        return self._baseline_runs
-
-    def _base(self, budget: Budget, cls_name: str, concurrency: int) -> Any:
-        """The class at the level measured without speculation (None where not asked for).
-        Every base of the session is measured before the first class, so no speculative server
-        runs beside its twin and each server is launched once."""
-        from pytest_specbound.gate.plan import wants_twin
-
-        hw = self.hardware
-        assert hw is not None
-        if self._twins is None:
-            from pytest_specbound.gate.twins import Twins
-
-            self._twins = Twins(hw, self.settings, self.pool, self._say)
-            self._twins.measure_all(self._wanted_twins(hw.label))
-        if not wants_twin(budget, budget.classes[cls_name], self.settings):
-            return None
-        if not self._twins.has(budget, cls_name, concurrency):  # a marker's class: now
-            self._twins.measure_all([(budget, cls_name, concurrency)])
-        return self._twins.get(budget, cls_name, concurrency)
-
-    def _wanted_twins(self, label: str) -> list[tuple[Budget, str, int]]:
-        from pytest_specbound.gate.plan import wants_twin
-        from pytest_specbound.plugin.items import BudgetItem
-
-        wanted = []
-        for item in self._items:
-            if isinstance(item, BudgetItem):
-                budget = item.budget.for_hardware(label)
-                if wants_twin(budget, budget.classes[item.cls_name], self.settings):
-                    wanted.append((budget, item.cls_name, item.concurrency))
-        return wanted
 
     def _record(self, item: pytest.Item, result: ClassResult) -> ClassResult:
         """Results travel on the test report (xdist-safe) and land in JUnit properties."""
@@ -265,54 +226,6 @@ class SpecboundSession:
         if threading.current_thread() is threading.main_thread():
             # SIGTERM (CI cancel, timeout) becomes an interrupt: servers stopped, results kept
             self._old_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-
-    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.File | None:
-        if file_path.suffix != ".toml" or not self._is_budget(file_path):
-            return None
-        from pytest_specbound.plugin.items import BudgetFile
-
-        return BudgetFile.from_parent(parent, path=file_path)
-
-    def _is_budget(self, path: Path) -> bool:
-        config = self.config
-        args = [Path(a.split("::")[0]).resolve() for a in config.args]
-        if path.resolve() in args:
-            return True
-        root = config.rootpath
-        for entry in self.settings.budgets:
-            base = (root / entry).resolve()
-            if base == path.resolve() or base in path.resolve().parents:
-                return True
-        return False
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Every marker is parsed here, as a budget, so a bad one stops the run at once."""
-        from pytest_specbound.plugin.items import BudgetItem
-
-        errors = []
-        for item in items:
-            if isinstance(item, BudgetItem):
-                continue
-            mark = item.get_closest_marker("specbound")
-            if mark is None:
-                continue
-            if mark.args:
-                errors.append(f"{item.nodeid}: specbound: takes keywords only, got positional "
-                              f"arguments {mark.args!r}")
-                continue
-            try:
-                parse_marker(item, {})
-            except pytest.UsageError as exc:
-                errors.append(str(exc))
-        if errors:
-            raise pytest.UsageError("\n".join(errors))
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """The items that will run (after -k / -m deselection): whose bases to measure."""
-        from pytest_specbound.plugin.items import BudgetItem
-
-        self._items = [item for item in session.items if isinstance(item, BudgetItem)]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.controller:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pytest_specbound.gate.baseline import Key, key_of
 from pytest_specbound.gate.result import ClassResult
 from pytest_specbound.measure.sequential import Side
-from pytest_specbound.measure.speedup import Baseline, speedup, speedup_decision
+from pytest_specbound.measure.speedup import Sample, speedup, speedup_decision
 from pytest_specbound.measure.stats import Interval
 from pytest_specbound.values import DEFAULT_CONFIDENCE, DEFAULT_RESOLUTION
 
@@ -79,7 +79,7 @@ def decide_change(old: ClassResult, new: ClassResult, confidence: float | None =
         if len(a) < 2 or len(b) < 2:
             ratios.append(None)
             continue
-        base = Baseline(tuple(a), (), 0.0, 0.0)
+        base = Sample(tuple(a), (), 0.0, 0.0)
         ratios.append(speedup(b, base, level))
         sides.append(speedup_decision(b, base, 1.0, alpha, resolution).side)
     if Side.BAD in sides:

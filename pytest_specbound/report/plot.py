@@ -78,7 +78,7 @@ def _accept_panel(ax: Any, fig: Any, results: Sequence[ClassResult], title: str 
         if any(r.roofline and r.roofline.prefill_ms for r in rs):
             label += ", before others' prefill"
         ax.plot(xs, [x / round_ms * 1e3 for x in xs], label=f"roofline ({label})")
-        effs = [r.min_efficiency for r in rs if r.min_efficiency]
+        effs = [e for e in (r.limit("min_efficiency") for r in rs) if e]
         if effs:
             e = min(effs)
             ax.plot(xs, [e * x / round_ms * 1e3 for x in xs], "--",
@@ -221,7 +221,7 @@ def _speedup_panel(ax: Any, results: Sequence[ClassResult], title: str = "") -> 
         line = ax.errorbar([c for c, _ in pts], [s for _, s in pts],
                            yerr=[[e[0][0] for e in errs], [e[1][0] for e in errs]], fmt="o-",
                            capsize=3, label=f"{name} ({Path(budget).stem})")
-        floor = next((r.min_speedup for r in rs if r.min_speedup is not None), None)
+        floor = next((s for s in (r.limit("min_speedup") for r in rs) if s is not None), None)
         if floor is not None:
             ax.axhline(floor, linestyle="--", color=line[0].get_color(), alpha=0.5,
                        label=f"min_speedup {floor:g} ({name})")

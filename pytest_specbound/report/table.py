@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 
 from pytest_specbound.gate.result import ClassResult, basename
+from pytest_specbound.gate.thresholds import report_lines
 from pytest_specbound.measure.measurement import Measurement
 
 HEADERS = ("class", "hardware", "conc", "accept [band]", "tok/s", "floor", "roofline",
@@ -33,7 +34,8 @@ def speedup_text(r: ClassResult) -> str:
         return "-"
     interval = f" [{r.speedup_bounds[0]:.2f}, {r.speedup_bounds[1]:.2f}]" \
         if r.speedup_bounds else ""
-    floor = f" >= {r.min_speedup:g}" if r.min_speedup is not None else ""
+    least = r.limit("min_speedup")
+    floor = f" >= {least:g}" if least is not None else ""
     return f"{r.speedup:.2f}x{interval}{floor}"
 
 
@@ -96,19 +98,12 @@ def speedup_lines(results: Sequence[ClassResult]) -> list[str]:
 
 
 def slo_lines(results: Sequence[ClassResult]) -> list[str]:
-    """Per class and level with an SLO: TPOT and goodput against their limits."""
+    """Per class and level with an SLO: each limit's own line (gate/thresholds.py)."""
     out = []
     for r in results:
-        if r.max_tpot_ms is None and r.min_goodput is None:
-            continue
-        q = r.tpot_percentile or 99
-        limit = f" (p{q:g} <= {r.max_tpot_ms:g})" if r.max_tpot_ms is not None else ""
-        parts = [f"TPOT median {_num(r.tpot_ms.median)} ms, p90 {_num(r.tpot_ms.p90)}, "
-                 f"p99 {_num(r.tpot_ms.p99)}{limit}"]
-        if r.goodput is not None:
-            parts.append(f"goodput {r.goodput:.1%}" + (f" (>= {r.min_goodput:.0%})"
-                                                       if r.min_goodput is not None else ""))
-        out.append(f"{r.label}: " + "; ".join(parts))
+        parts = report_lines(r.limits, r)
+        if parts:
+            out.append(f"{r.label}: " + "; ".join(parts))
     return out
 
 

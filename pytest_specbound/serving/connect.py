@@ -11,7 +11,7 @@ from pytest_specbound.errors import ConfigError
 from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.backends.base import Backend
 from pytest_specbound.serving.backends.detect import identify
-from pytest_specbound.serving.server import LaunchSpec, Server, check_resolves, start_server
+from pytest_specbound.serving.server import LaunchSpec, Readiness, Server, check_resolves, start_server
 from pytest_specbound.serving.transport import API_KEY_ENV, ApiKey
 
 DEFAULT_READY_TIMEOUT_S = 900.0
@@ -81,8 +81,8 @@ def open_server(cfg: ServerConfig, log_dir: Path, extra: Mapping[str, str] | Non
         assert cfg.launch is not None
         spec = LaunchSpec(cfg.launch, cfg.host, cfg.port, dict(cfg.env), cfg.cwd,
                           placeholders={**placeholders(), **(extra or {})})
-        server = start_server(spec, paths, cfg.ready_timeout_s, log_dir, api_key,
-                              cfg.read_timeout_s, name, say=say)
+        server = start_server(spec, Readiness(paths, cfg.ready_timeout_s, say), log_dir, api_key,
+                              cfg.read_timeout_s, name)
     try:
         if backend is None:
             backend = get_backend(identify(server.endpoint))

@@ -285,15 +285,24 @@ class Server:
         self.stop()
 
 
-def start_server(spec: LaunchSpec, ready_paths: Sequence[str], timeout_s: float, log_dir: Path,
+@dataclass(frozen=True)
+class Readiness:
+    """When a server is ready: each of ``paths`` answers 200 within ``timeout_s``; ``say`` hears
+    what it answered meanwhile (see :meth:`Server.wait_ready`)."""
+
+    paths: Sequence[str]
+    timeout_s: float
+    say: Callable[[str], None] | None = None
+
+
+def start_server(spec: LaunchSpec, ready: Readiness, log_dir: Path,
                  api_key: ApiKey | str | None = None, read_timeout_s: float = 120.0,
-                 name: str = "server", retries: int = 2,
-                 say: Callable[[str], None] | None = None) -> Server:
+                 name: str = "server", retries: int = 2) -> Server:
     """Launch and wait until ready; if a free port we chose was taken meanwhile, try another."""
     for attempt in range(retries + 1):
         server = Server.launch(spec, log_dir, api_key, read_timeout_s, name)
         try:
-            server.wait_ready(ready_paths, timeout_s, say)
+            server.wait_ready(ready.paths, ready.timeout_s, ready.say)
             return server
         except PortTaken:
             server.stop()

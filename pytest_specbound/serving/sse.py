@@ -11,12 +11,10 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_specbound.errors import RequestError
-
-if TYPE_CHECKING:
-    from pytest_specbound.serving.transport import StreamResult
+from pytest_specbound.serving.stream_result import StreamResult
 
 # the request asks for identity; a gateway that compresses the stream anyway is undone here
 DECODABLE = ("gzip", "x-gzip", "deflate")

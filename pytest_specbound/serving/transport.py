@@ -32,6 +32,7 @@ import urllib3
 from pytest_specbound.errors import RequestError
 from pytest_specbound.serving.sse import body_decoder, split_events
 from pytest_specbound.serving.stamping import READ_SIZE, Receiver, StampingAdapter
+from pytest_specbound.serving.stream_result import StreamResult
 from pytest_specbound.serving.urls import is_loopback, split_url
 
 RequestBody = dict[str, Any]  # a JSON request body, as written to the wire
@@ -84,17 +85,6 @@ class Unauthorized(HTTPStatusError):
 
 class NotAStream(RequestError):
     """A 200 answer that is not an event stream (a gateway's page, a JSON body)."""
-
-
-@dataclass
-class StreamResult:
-    sent_at: float  # perf_counter just before the request was written
-    events: list[tuple[float, Any]] = field(default_factory=list)  # (seconds since sent, JSON)
-    done: bool = False  # saw "data: [DONE]"
-    headers: dict[str, str] = field(default_factory=dict)
-    read_of_event: list[int] = field(default_factory=list)  # which socket read completed each event
-    streaming_cpu_s: float = 0.0  # this process's CPU from before the send to the stream's end
-    kernel_stamped: bool = False  # every read carries the kernel's receive time (not the reader's)
 
 
 # -- where and how to connect ------------------------------------------------------------

@@ -16,12 +16,12 @@ import pytest
 from pytest_specbound.errors import ConfigError, RequestError, ServerError
 from pytest_specbound.gate.budget import load_budget
 from pytest_specbound.gate.settings import resolve
-from pytest_specbound.measure.sampler import FixedCount, Sampler, measure, untimed_reason
+from pytest_specbound.measure.sampler import FixedCount, Sampler, Stopping, Workload, measure, untimed_reason
 from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.backends.base import Prompt
 from pytest_specbound.serving.connect import ServerConfig, open_server
 from pytest_specbound.serving.records import RequestRecord
-from pytest_specbound.serving.server import LaunchSpec, start_server
+from pytest_specbound.serving.server import LaunchSpec, Readiness, start_server
 from pytest_specbound.serving.transport import Endpoint
 from tests.conftest import PYTESTER_INI
 from tests.servers.fake import FakeServer, Script
@@ -115,8 +115,8 @@ def test_streams_are_requested_uncompressed():
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
 def test_a_gateway_that_compresses_anyway_is_decoded_read_by_read(encoding):
     with FakeServer("vllm", Script(encoding=encoding, step_s=0.01)) as srv:
-        m = measure(Sampler(Endpoint(srv.url), get_backend("vllm"), max_accept=4), [PROMPT], 41,
-                    FixedCount(3), warmup=0)
+        m = measure(Sampler(Endpoint(srv.url), get_backend("vllm"), max_accept=4),
+                    Workload([PROMPT], 41, warmup=0), Stopping(FixedCount(3)))
     assert not m.failures and not m.untimed, [r.error for r in m.failures]
     for r in m.records:  # each event still has its own arrival: 10 steps, 10 decode reads
         assert r.completion_tokens == 41 and r.decode_reads == 10 and r.clock == "client"
@@ -144,7 +144,7 @@ def test_a_stream_interval_is_timed_per_event_and_never_blamed_on_the_client(
     script = Script(steps=steps, step_s=step_s, stream_interval=interval)
     with FakeServer(family, script) as srv:
         m = measure(Sampler(Endpoint(srv.url), get_backend(family), max_accept=max_accept),
-                    [PROMPT], 99, FixedCount(3), warmup=0)
+                    Workload([PROMPT], 99, warmup=0), Stopping(FixedCount(3)))
     assert not m.failures and not m.untimed, m.untimed_note()
     decode = sum(steps)
     for r in m.records:
@@ -293,8 +293,8 @@ def test_a_launched_server_is_waited_for_quietly_at_first(tmp_path):
     said: list[str] = []
     cmd = [sys.executable, "-m", "tests.servers.fake", "--family", "vllm", "--port", "{port}",
            "--ready-after-s", "1"]
-    server = start_server(LaunchSpec(cmd, env={"PYTHONPATH": str(ROOT)}), ("/health",), 30,
-                          tmp_path, say=said.append)
+    server = start_server(LaunchSpec(cmd, env={"PYTHONPATH": str(ROOT)}),
+                          Readiness(("/health",), 30, say=said.append), tmp_path)
     server.stop()
     assert said == []  # a launch refuses, then answers 503, for a while: nothing to report yet
 

@@ -17,10 +17,10 @@ import pytest
 from pytest_specbound.atomic import write_json
 from pytest_specbound.errors import ConfigError, ServerError
 from pytest_specbound.measure.prompts import load_prompts
-from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
+from pytest_specbound.measure.sampler import FixedCount, Sampler, Stopping, Workload, measure
 from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.backends.base import Prompt
-from pytest_specbound.serving.server import LaunchSpec, Server, start_server
+from pytest_specbound.serving.server import LaunchSpec, Readiness, Server, start_server
 from pytest_specbound.serving.transport import Endpoint
 from tests.conftest import PYTESTER_INI
 from tests.servers.fake import FakeServer, Script
@@ -40,7 +40,7 @@ def live_group(pgid: int) -> list[str]:
 def test_missing_launch_command(tmp_path):
     t = time.monotonic()
     with pytest.raises(ServerError, match="launch command not found: 'no-such-server-xyz'"):
-        start_server(LaunchSpec("no-such-server-xyz --port {port}"), ("/health",), 30, tmp_path)
+        start_server(LaunchSpec("no-such-server-xyz --port {port}"), Readiness(("/health",), 30), tmp_path)
     assert time.monotonic() - t < 1.0
 
 
@@ -49,7 +49,7 @@ def test_server_exiting_at_once_reports_code_and_log_tail(tmp_path):
            "import sys; print('error: unknown argument: --draft-max'); sys.exit(3)"]
     t = time.monotonic()
     with pytest.raises(ServerError) as err:
-        start_server(LaunchSpec(cmd), ("/health",), 30, tmp_path)
+        start_server(LaunchSpec(cmd), Readiness(("/health",), 30), tmp_path)
     assert time.monotonic() - t < 1.5
     msg = str(err.value)
     assert "exited with code 3 while starting" in msg and "unknown argument: --draft-max" in msg
@@ -69,7 +69,7 @@ def _dies_of_sigill(folder: Path, name: str) -> list[str]:
 
 def test_a_server_killed_by_a_signal_is_named_by_it_with_its_likely_cause(tmp_path):
     with pytest.raises(ServerError) as err:
-        start_server(LaunchSpec(_dies_of_sigill(tmp_path, "llama-server")), ("/health",), 30,
+        start_server(LaunchSpec(_dies_of_sigill(tmp_path, "llama-server")), Readiness(("/health",), 30),
                      tmp_path)
     msg = str(err.value)
     assert msg.startswith("llama-server died of SIGILL (illegal instruction) while starting: "
@@ -106,7 +106,7 @@ def test_the_cli_names_the_signal_too(tmp_path):
 def test_never_ready_names_url_and_log_tail(tmp_path):
     cmd = [*FAKE, "--family", "llamacpp", "--port", "{port}", "--ready-after-s", "60"]
     with pytest.raises(ServerError) as err:
-        start_server(LaunchSpec(cmd, env=ENV), ("/health",), 2, tmp_path)
+        start_server(LaunchSpec(cmd, env=ENV), Readiness(("/health",), 2), tmp_path)
     msg = str(err.value)
     assert "server not ready after 2 s" in msg and "/health answered HTTP 503" in msg
     assert "fake llamacpp server listening" in msg
@@ -128,7 +128,7 @@ def test_never_ready_names_url_and_log_tail(tmp_path):
 def test_request_failures_are_recorded_with_cause(family, fault, needle):
     with FakeServer(family, Script(fault=fault, fault_after=3)) as srv:
         sampler = Sampler(Endpoint(srv.url, read_timeout_s=1.0), get_backend(family))
-        m = measure(sampler, [Prompt(text="x")], 41, FixedCount(2), warmup=0)
+        m = measure(sampler, Workload([Prompt(text="x")], 41, warmup=0), Stopping(FixedCount(2)))
     assert len(m.failures) == 2 and not m.ok
     assert all(needle in (r.error or "") for r in m.failures), [r.error for r in m.failures]
     assert m.decode_tok_s is None  # never a silent low number
@@ -198,13 +198,13 @@ def test_taken_port_is_refused_never_attached(tmp_path):
         port = int(other.url.rsplit(":", 1)[1])
         cmd = [*FAKE, "--family", "vllm", "--port", "{port}"]
         with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use"):
-            start_server(LaunchSpec(cmd, port=port, env=ENV), ("/health",), 10, tmp_path)
+            start_server(LaunchSpec(cmd, port=port, env=ENV), Readiness(("/health",), 10), tmp_path)
         assert not other.requests  # we never talked to it
 
 
 def test_auto_port_picks_a_free_one(tmp_path):
     server = start_server(LaunchSpec([*FAKE, "--family", "vllm", "--port", "{port}"], env=ENV),
-                          ("/health",), 20, tmp_path)
+                          Readiness(("/health",), 20), tmp_path)
     try:
         assert server.url.startswith("http://127.0.0.1:")
     finally:
@@ -246,7 +246,7 @@ def port_thief(tmp_path):
 
 
 def test_a_port_taken_while_the_server_started_is_retried_on_another(tmp_path, port_thief):
-    server = start_server(LaunchSpec(port_thief("once"), env=ENV), ("/health",), 20, tmp_path)
+    server = start_server(LaunchSpec(port_thief("once"), env=ENV), Readiness(("/health",), 20), tmp_path)
     try:
         assert server.alive() and len(list(tmp_path.glob("server-*.log"))) == 2
     finally:
@@ -258,7 +258,7 @@ def test_a_taken_port_after_all_retries_is_one_line(tmp_path, port_thief):
 
     with pytest.raises(PortTaken, match=r"port \d+ on 127.0.0.1 was taken by another process "
                                         r"while the server started \(it exited with code 1\)"):
-        start_server(LaunchSpec(port_thief("always"), env=ENV), ("/health",), 20, tmp_path)
+        start_server(LaunchSpec(port_thief("always"), env=ENV), Readiness(("/health",), 20), tmp_path)
     assert len(list(tmp_path.glob("server-*.log"))) == 3  # the launch and two retries
 
 
@@ -266,7 +266,7 @@ def test_a_server_that_cannot_bind_a_free_port_is_not_retried(tmp_path):
     """Nobody holds the port: the server's own failure, shown once (no retry on a log word)."""
     cmd = [sys.executable, "-c", "import sys; sys.exit('error: bind: address already in use')"]
     with pytest.raises(ServerError, match=r"python.* exited with code 1 while starting") as info:
-        start_server(LaunchSpec(cmd, env=ENV), ("/health",), 20, tmp_path)
+        start_server(LaunchSpec(cmd, env=ENV), Readiness(("/health",), 20), tmp_path)
     assert type(info.value) is ServerError
     assert len(list(tmp_path.glob("server-*.log"))) == 1  # launched once
 
@@ -426,7 +426,7 @@ def test_api_key_never_appears_in_any_output(pytester, monkeypatch):
 def test_launched_servers_bind_loopback_by_default(tmp_path):
     spec = LaunchSpec([*FAKE, "--family", "vllm", "--host", "{host}", "--port", "{port}"], env=ENV)
     assert spec.host == "127.0.0.1"
-    server: Server = start_server(spec, ("/health",), 20, tmp_path)
+    server: Server = start_server(spec, Readiness(("/health",), 20), tmp_path)
     try:
         log = server.log_path.read_text()
         assert "listening on 127.0.0.1:" in log

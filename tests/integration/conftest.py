@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbound.physics.gguf_writer import write_llama_gguf
-from pytest_specbound.serving.server import LaunchSpec, Server, start_server
+from pytest_specbound.physics.gguf_writer import LlamaShape, write_llama_gguf
+from pytest_specbound.serving.server import LaunchSpec, Readiness, Server, start_server
 
 
 @pytest.fixture(scope="session")
@@ -16,15 +16,17 @@ def gguf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     pytest.importorskip("gguf")
     d = tmp_path_factory.mktemp("models")
     return {
-        "target": write_llama_gguf(d / "target.gguf", n_layers=4, hidden=256, ffn=512, heads=4),
-        "draft": write_llama_gguf(d / "draft.gguf", n_layers=1, hidden=64, ffn=128, heads=2,
-                                  seed=1),
+        "target": write_llama_gguf(d / "target.gguf", LlamaShape(n_layers=4, hidden=256, ffn=512,
+                                                                 heads=4)),
+        "draft": write_llama_gguf(d / "draft.gguf", LlamaShape(n_layers=1, hidden=64, ffn=128,
+                                                               heads=2), seed=1),
         # larger than this machine's last-level cache (105 MiB), for the bandwidth check
-        "large": write_llama_gguf(d / "large.gguf", n_layers=8, hidden=1024, ffn=2816, heads=8,
-                                  seed=2),
+        "large": write_llama_gguf(d / "large.gguf", LlamaShape(n_layers=8, hidden=1024, ffn=2816,
+                                                               heads=8), seed=2),
         # the same in Q4_0: llama.cpp's integer kernels, faster than any fp32 matmul probe
-        "large_q4": write_llama_gguf(d / "large-q4.gguf", n_layers=8, hidden=1024, ffn=2816,
-                                     heads=8, seed=2, quant="q4_0"),
+        "large_q4": write_llama_gguf(d / "large-q4.gguf", LlamaShape(n_layers=8, hidden=1024,
+                                                                     ffn=2816, heads=8),
+                                     seed=2, quant="q4_0"),
     }
 
 
@@ -52,7 +54,7 @@ def launch_llama(
                 argv += ["-md", str(gguf_models["draft"]), "--spec-type", "draft-simple",
                          "--spec-draft-n-max", "3"]
             argv += list(extra)
-            servers[key] = start_server(LaunchSpec(argv), ("/health",), 120, logs,
+            servers[key] = start_server(LaunchSpec(argv), Readiness(("/health",), 120), logs,
                                         name="llama-" + model)
         return servers[key]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbound.serving.server import LaunchSpec, Server, start_server
+from pytest_specbound.serving.server import LaunchSpec, Readiness, Server, start_server
 from tests.conftest import PYTESTER_INI
 from tests.integration.budgets import llama_budget
 from tests.integration.host_load import HostLoad, Patience, Window, until_still
@@ -47,7 +47,7 @@ def demo_server(llama_server_bin: str, tmp_path_factory: pytest.TempPathFactory
                     "--spec-type", "draft-simple", "--spec-draft-n-max", "3", "--spec-synth-len",
                     str(synth), "--host", "{host}", "--port", "{port}", "-t", str(threads),
                     "-c", "4096", "-np", "1", "--metrics"]
-            running[(threads, synth)] = start_server(LaunchSpec(argv), ("/health",), 120, logs,
+            running[(threads, synth)] = start_server(LaunchSpec(argv), Readiness(("/health",), 120), logs,
                                                      name="llama-demo")
         return running[(threads, synth)]
 

@@ -27,7 +27,7 @@ def test_calibrate_then_pass(pytester, launch_llama, gguf_models):
     assert "-accept = [3.5, 4.0]  # old band" in proc.stdout  # a reviewable diff
     new = load_budget(path).classes["coding"]
     assert new.accept[0] < 2.5 < new.accept[1] and new.accept[1] - new.accept[0] < 1.0
-    assert 0 < new.min_efficiency < 0.99
+    assert 0 < new.limits.get("min_efficiency") < 0.99
     assert path.read_text().startswith("# reviewed in PRs\n") and "# old band" in path.read_text()
     # The budget calibrate wrote must not fail on the same server. Each threshold sits a
     # resolution outside the measured interval; tests/integration/test_sequential_llama.py shows
@@ -70,5 +70,5 @@ def test_calibrate_proposes_per_level(pytester, launch_llama, gguf_models):
     assert "+[classes.coding.c4]" in proc.stdout  # the new table is part of the diff
     coding = load_budget(path).classes["coding"]
     four = coding.at(4)
-    assert four.accept[0] < 2.5 < four.accept[1] and 0 < four.min_efficiency < 0.99
+    assert four.accept[0] < 2.5 < four.accept[1] and 0 < four.limits.get("min_efficiency") < 0.99
     assert coding.at(1).accept[0] < 2.5 < coding.at(1).accept[1]

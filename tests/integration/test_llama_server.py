@@ -10,10 +10,10 @@ import pytest
 
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.prompts import load_prompts
-from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
+from pytest_specbound.measure.sampler import FixedCount, Sampler, Stopping, Workload, measure
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.models import load_model
-from pytest_specbound.physics.roofline import compute_roofline
+from pytest_specbound.physics.roofline import Deployment, compute_roofline
 from pytest_specbound.physics.speculative import parse_speculation
 from pytest_specbound.serving.backends.llamacpp import ACCEPTED, DRAFTS, LlamaCpp
 from tests.integration.host_load import HostLoad, Patience, Window, until_still
@@ -24,9 +24,10 @@ pytestmark = pytest.mark.integration
 def run(server, samples=6, max_tokens=128, prompts="coding"):
     backend = LlamaCpp()
     sampler = Sampler(server.endpoint, backend)
-    measure(sampler, load_prompts(prompts), max_tokens, FixedCount(1), warmup=1)
+    measure(sampler, Workload(load_prompts(prompts), max_tokens, warmup=1), Stopping(FixedCount(1)))
     before = backend.scrape(server.endpoint)
-    m = measure(sampler, load_prompts(prompts), max_tokens, FixedCount(samples), warmup=0)
+    m = measure(sampler, Workload(load_prompts(prompts), max_tokens, warmup=0),
+                Stopping(FixedCount(samples)))
     after = backend.scrape(server.endpoint)
     assert not m.failures, [r.error for r in m.failures]
     return m, before, after
@@ -72,7 +73,7 @@ def test_lower_synthetic_accept_is_slower(launch_llama):
 def test_cpu_roofline_is_never_exceeded(launch_llama, gguf_models):
     m, _, _ = run(launch_llama("large"), samples=3, max_tokens=64)
     roof = compute_roofline(parse_hardware("cpu"), load_model(str(gguf_models["large"])),
-                            parse_speculation("none"), context=0, overhead_ms=0.0)
+                            parse_speculation("none"), deployment=Deployment(context=0, overhead_ms=0.0))
     assert roof.model.weight_bytes > 105 * 2**20  # bigger than the last-level cache
     assert max(r.decode_tok_s for r in m.records) <= roof.tok_s(1.0)
     assert m.server_decode_tok_s <= roof.tok_s(1.0)
@@ -90,8 +91,8 @@ def test_cpu_roofline_holds_for_quantized_weights_verifying_several_tokens(launc
     model, draft = load_model(str(gguf_models["large_q4"])), load_model(str(gguf_models["draft"]))
     assert model.dtype == "q4_0"
     hw = matched_to_server(parse_hardware("cpu"), 1, model.weight_bytes + draft.weight_bytes)
-    roof = compute_roofline(hw, model, parse_speculation("draft:3"), draft, context=0,
-                            overhead_ms=0.0)
+    roof = compute_roofline(hw, model, parse_speculation("draft:3"), draft,
+                            Deployment(context=0, overhead_ms=0.0))
     assert roof.components_ms["compute"] == 0.0 and roof.bound == "memory"
     assert m.accept_source == "server" and 2.5 < m.accept_length < 3.5
     for r in m.records:  # every request under the ceiling at its own accept length

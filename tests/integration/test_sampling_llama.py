@@ -9,7 +9,7 @@ import json
 import pytest
 
 from pytest_specbound.measure.prompts import load_prompts
-from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
+from pytest_specbound.measure.sampler import FixedCount, Sampler, Stopping, Workload, measure
 from pytest_specbound.serving.backends.base import Sampling
 from pytest_specbound.serving.backends.llamacpp import LlamaCpp
 from tests.conftest import PYTESTER_INI
@@ -41,7 +41,8 @@ def test_sampling_lowers_the_ngram_accept_and_each_is_the_servers_own(launch_lla
     found = {}
     for name, sampling in (("greedy", Sampling()), ("sampled", Sampling(0.7, seed=3))):
         sampler = Sampler(srv.endpoint, LlamaCpp(), sampling=sampling, drafting=True)
-        m = measure(sampler, load_prompts("repetitive"), 256, FixedCount(8), warmup=1)
+        m = measure(sampler, Workload(load_prompts("repetitive"), 256, warmup=1),
+                    Stopping(FixedCount(8)))
         assert not m.failures
         # llama-server's own counters: draft_n / draft_n_accepted per request, left out of a
         # request in which it drafted nothing (every step then verified one token): on a

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbound.gate.budget import ClassBudget, load_budget
+from pytest_specbound.gate.budget import load_budget
 from pytest_specbound.gate.calibrate import propose
+from pytest_specbound.gate.class_budget import ClassBudget
 from pytest_specbound.gate.judge import judge
-from pytest_specbound.gate.plan import roofline_for
+from pytest_specbound.gate.plan import plan_class, roofline_for
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.rule import SequentialRule
 from pytest_specbound.gate.runner import run_class
@@ -57,7 +58,7 @@ def run(tmp_path: Path, served, text: str, **options: str):
     pool = ServerPool(tmp_path / "logs")
     try:
         b = load_budget(path)
-        return run_class(b, b.classes["coding"], parse_hardware("cpu"), settings, pool)
+        return run_class(plan_class(b, b.classes["coding"], parse_hardware("cpu"), settings), pool)
     finally:
         pool.close()
 
@@ -127,7 +128,7 @@ def test_a_floor_twenty_percent_under_the_truth_passes_in_six_requests(tmp_path,
         _, judged, truth = paired_block(tmp_path, served_large, models, 10, seed, patience,
                                         max_tokens=48)
         floor = 0.8 * geometric_efficiency(truth, roof)
-        status, n = replay(ClassBudget("coding", "coding", 48, min_efficiency=floor), roof,
+        status, n = replay(ClassBudget("coding", "coding", 48, limits={"min_efficiency": floor}), roof,
                            judged)
         assert status == "pass"
         used.append(n)
@@ -145,7 +146,7 @@ def test_a_floor_at_the_truth_fails_at_most_alpha_of_the_runs(tmp_path, served, 
     for seed in range(8):
         _, judged, truth = paired_block(tmp_path, served, gguf_models, 32, seed, patience)
         floor = geometric_efficiency(truth, roof)
-        statuses.append(replay(ClassBudget("coding", "coding", 96, min_efficiency=floor), roof,
+        statuses.append(replay(ClassBudget("coding", "coding", 96, limits={"min_efficiency": floor}), roof,
                                judged)[0])
     assert statuses.count("fail") <= 2, statuses
     assert statuses.count("error") == 0, statuses
@@ -169,7 +170,7 @@ def test_a_budget_written_by_calibrate_passes_again(tmp_path, served, gguf_model
         proposed = propose(result)
         band = proposed["accept"]
         assert isinstance(band, list) and band[0] < 2.5 < band[1]
-        cls = ClassBudget("coding", "coding", 96, accept=(band[0], band[1]),
-                          min_efficiency=float(proposed["min_efficiency"]))  # type: ignore[arg-type]
+        cls = ClassBudget("coding", "coding", 96, limits={
+            "accept": (band[0], band[1]), "min_efficiency": float(proposed["min_efficiency"])})  # type: ignore[arg-type]
         statuses.append(replay(cls, roof, rerun)[0])
     assert statuses.count("pass") >= 5, statuses

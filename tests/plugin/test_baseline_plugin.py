@@ -90,7 +90,10 @@ def test_a_folder_of_artifacts_and_bad_paths(pytester_env, fake_vllm):
     run(pytester_env, fake_vllm.url, "artifacts/runner-a/results.json")
     (art / "notes.json").write_text('{"not": "results"}')  # skipped inside a folder
     result, r = run(pytester_env, fake_vllm.url, "r2.json", "--specbound-baseline=artifacts")
-    assert result.ret == 0 and r["baseline"]["decode"]["side"] == "ok"
+    # compared with the folder's one results file (the same server: not a regression; on a
+    # busy box the client's clock may leave the two-sample test undecided, which passes)
+    assert result.ret == 0 and r["baseline"]["path"].endswith("results.json")
+    assert r["baseline"]["decode"]["side"] in ("ok", "unsure") and "regressed" not in r["reasons"]
     for bad, needle in (("missing.json", "no such file or folder"),
                         ("artifacts/runner-a/notes.json", "not a specbound results file")):
         out = pytester_env.runpytest_subprocess("--specbound-hw=h100", "budgets",

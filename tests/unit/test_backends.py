@@ -2,7 +2,7 @@
 
 import pytest
 
-from pytest_specbound.measure.sampler import FixedCount, Sampler, measure
+from pytest_specbound.measure.sampler import FixedCount, Sampler, Stopping, Workload, measure
 from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.backends.base import Prompt
 from pytest_specbound.serving.backends.detect import identify
@@ -16,7 +16,7 @@ PROMPTS = [Prompt(text="count to ten"), Prompt(messages=({"role": "user", "conte
 def run(family, script=None, backend=None, samples=3, prompts=PROMPTS, model=None):
     with FakeServer(family, script) as srv:
         sampler = Sampler(Endpoint(srv.url), get_backend(backend or family), model)
-        m = measure(sampler, prompts, 41, FixedCount(samples), warmup=1)
+        m = measure(sampler, Workload(prompts, 41, warmup=1), Stopping(FixedCount(samples)))
         return m, srv
 
 

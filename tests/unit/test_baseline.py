@@ -11,11 +11,19 @@ from pathlib import Path
 import pytest
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.baseline import References, differences, refused, with_comparison
+from pytest_specbound.gate.against_earlier import AgainstEarlier, differences
+from pytest_specbound.gate.baseline import References, refused
+from pytest_specbound.gate.class_budget import ClassBudget
+from pytest_specbound.gate.judge import Judging, judge
 from pytest_specbound.gate.result import ClassResult
 from pytest_specbound.gate.verdict import Verdict
+from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import Side
-from pytest_specbound.measure.speedup import Baseline, speedup_decision
+from pytest_specbound.measure.speedup import Sample, speedup_decision
+from pytest_specbound.physics.hardware import parse_hardware
+from pytest_specbound.physics.models import load_model
+from pytest_specbound.physics.roofline import compute_roofline
+from pytest_specbound.physics.speculative import parse_speculation
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 
 
@@ -24,7 +32,7 @@ def two_sample_run(rng: random.Random, change: float, alpha: float = 0.0125,
     # sd 0.06 is the noisy-CPU case: there the test's power needs resolution 0.10; on GPU-like
     # noise (0.02) 0.05 decides nearly every run (tests below)
     """One gate run against a baseline of ``n_base`` requests, the truth ``change`` away."""
-    base = Baseline(tuple(100 * math.exp(rng.gauss(0, sd)) for _ in range(n_base)), (), 0, 0)
+    base = Sample(tuple(100 * math.exp(rng.gauss(0, sd)) for _ in range(n_base)), (), 0, 0)
     rates: list[float] = []
     for _ in range(64):
         rates.append(100 * (1 + change) * math.exp(rng.gauss(0, sd)))
@@ -101,6 +109,11 @@ def test_bad_baseline_files_are_one_line_errors(tmp_path, content, needle):
     assert needle in str(info.value) and "\n" not in str(info.value)
 
 
+def seed_roofline():
+    return compute_roofline(parse_hardware("a6000x2"), load_model("qwen3.6-27b"),
+                            parse_speculation("mtp:3"))
+
+
 def test_what_differs_is_named_and_strict_refuses(tmp_path):
     write(tmp_path / "b.json", [result()], "2026-12-04T00:00:00", gpu="NVIDIA L40S")
     ref = References(tmp_path / "b.json").find(("b.toml", "chat", 1, "h100-sxm"))
@@ -114,8 +127,13 @@ def test_what_differs_is_named_and_strict_refuses(tmp_path):
     assert refused(ref, here, "a", "warn") is None
     assert refused(ref, here, "a", "strict") == ("baseline ran on NVIDIA L40S; this run on "
                                                  "NVIDIA RTX A6000: not compared (strict)")
-    compared = with_comparison(now, ref, here, 0.05)
-    assert "baseline_differs" in compared.verdict.reasons
+    earlier = AgainstEarlier(ref, here, 0.05, now.budget_sha256, now.sampling)
+    m = Measurement("vllm", now.requests, info=now.server)
+    verdict = judge(ClassBudget("chat", "chat", 100), m, seed_roofline(),
+                    how=Judging((earlier,), command=now.command))
+    assert "baseline_differs" in verdict.reasons and verdict.status == "pass"
+    assert "note: the budget file changed since the baseline: compared anyway" in verdict.lines
+    compared = earlier.annotate(now, seed_roofline(), m, 0.95)
     assert compared.baseline is not None and compared.baseline["commit"] == "abc1234def"
     assert abs(compared.baseline["decode_change"]["change"]) < 0.01
     assert ClassResult.from_json(compared.to_json()).baseline == compared.baseline

@@ -43,9 +43,10 @@ min_efficiency = 0.8
 """
     b = load_budget(write(tmp_path, text))
     h = b.for_hardware("h100x2")
-    assert h.server.launch == "serve --fast --port {port}" and h.classes["coding"].min_efficiency == 0.8
+    assert h.server.launch == "serve --fast --port {port}"
+    assert h.classes["coding"].limits.get("min_efficiency") == 0.8
     assert h.classes["coding"].accept == (2.8, 3.4)
-    assert b.for_hardware("a6000x2").classes["coding"].min_efficiency == 0.7
+    assert b.for_hardware("a6000x2").classes["coding"].limits.get("min_efficiency") == 0.7
 
 
 @pytest.mark.parametrize(

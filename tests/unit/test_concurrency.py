@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import ClassBudget, load_budget
+from pytest_specbound.gate.budget import load_budget
 from pytest_specbound.gate.calibrate import apply
-from pytest_specbound.gate.judge import judge
+from pytest_specbound.gate.class_budget import ClassBudget
+from pytest_specbound.gate.judge import Judging, judge
 from pytest_specbound.gate.result import ClassResult
 from pytest_specbound.gate.settings import resolve
 from pytest_specbound.gate.verdict import batching_hint
@@ -22,11 +23,11 @@ from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, st
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.overlap import overlaps
 from pytest_specbound.measure.prompts import load_prompts
-from pytest_specbound.measure.sampler import FixedCount, Sampler
+from pytest_specbound.measure.sampler import FixedCount, Sampler, Stopping, Workload
 from pytest_specbound.measure.stats import bounds
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.models import load_model
-from pytest_specbound.physics.roofline import compute_roofline
+from pytest_specbound.physics.roofline import Deployment, compute_roofline
 from pytest_specbound.physics.speculative import parse_speculation
 from pytest_specbound.report.table import terminal
 from pytest_specbound.serving.backends import get_backend
@@ -86,8 +87,8 @@ def closed_loop(fake: FakeServer, n: int, count: int = 12, window: bool = True, 
     backend = get_backend(fake.family)
     endpoint = Endpoint(fake.url)
     base = Sampler(endpoint, backend, "test-model")
-    return measure_closed_loop(stream_samplers(base, n), load_prompts("chat"), 41,
-                               FixedCount(count), warmup=1,
+    return measure_closed_loop(stream_samplers(base, n), Workload(load_prompts("chat"), 41, warmup=1),
+                               Stopping(FixedCount(count)),
                                window=CounterWindow(backend, endpoint) if window else None, **kw)
 
 
@@ -110,13 +111,13 @@ def test_n_streams_keep_n_requests_in_flight():
 
 def test_a_single_slot_server_is_diagnosed_as_not_batching():
     roof = compute_roofline(parse_hardware("h100-sxm"), load_model("llama-3.1-8b"),
-                            parse_speculation("eagle3:3"), batch=4)
+                            parse_speculation("eagle3:3"), deployment=Deployment(batch=4))
     with FakeServer("llamacpp", Script(step_s=0.005, slots=1)) as fake:
         m = closed_loop(fake, 4, count=8)
     assert fake.max_in_flight == 1 and m.co_decoding < 1.3, m.co_decoding
-    cls = ClassBudget("chat", "chat", 41, min_efficiency=0.01)
+    cls = ClassBudget("chat", "chat", 41, limits={"min_efficiency": 0.01})
     hint = batching_hint("llamacpp", "-np / --parallel (slots)", 4, 1, "/props total_slots 1")
-    v = judge(cls, m, roof, batching=hint)
+    v = judge(cls, m, roof, how=Judging(batching=hint))
     assert v.status == "fail" and "not_batching" in v.reasons and v.diagnosis == "system"
     assert "the server did not batch: 4 requests in flight, 1.0 decoded at once" in v.text
     assert "llamacpp caps concurrent sequences with -np / --parallel (slots): set it to at " \
@@ -156,8 +157,8 @@ def test_a_server_restarted_inside_the_window_gives_no_counter_accept():
     assert m.counters_restarted and m.window_accept is None and m.accept_source == "none"
     assert "(a restart, or /metrics answered by another replica" in (m.restart_note() or "")
     roof = compute_roofline(parse_hardware("h100-sxm"), load_model("llama-3.1-8b"),
-                            parse_speculation("eagle3:3"), batch=2)
-    v = judge(ClassBudget("chat", "chat", 41, min_efficiency=0.01), m, roof)
+                            parse_speculation("eagle3:3"), deployment=Deployment(batch=2))
+    v = judge(ClassBudget("chat", "chat", 41, limits={"min_efficiency": 0.01}), m, roof)
     assert v.status == "error" and v.reasons == ("no_accept", "server_restarted")
     assert v.text.startswith("no accept length: the server's counters went down"), v.text
 
@@ -218,8 +219,8 @@ def test_levels_and_their_tables(tmp_path):
                                      "max_ttft_ms = 400\n"))
     chat = b.classes["chat"]
     assert chat.concurrency == (1, 8) and chat.level_ids
-    assert chat.at(1).min_efficiency == 0.5 and chat.at(1).max_ttft_ms is None
-    assert chat.at(8).min_efficiency == 0.3 and chat.at(8).max_ttft_ms == 400
+    assert chat.at(1).limits.get("min_efficiency") == 0.5 and chat.at(1).limits.get("max_ttft_ms") is None
+    assert chat.at(8).limits.get("min_efficiency") == 0.3 and chat.at(8).limits.get("max_ttft_ms") == 400
 
 
 @pytest.mark.parametrize(("classes", "roofline", "needle"), [
@@ -264,7 +265,7 @@ def test_calibrate_adds_a_level_table_after_the_class(tmp_path):
 
 def test_results_and_table_carry_the_level():
     roof = compute_roofline(parse_hardware("h100-sxm"), load_model("llama-3.1-8b"),
-                            parse_speculation("eagle3:3"), batch=4)
+                            parse_speculation("eagle3:3"), deployment=Deployment(batch=4))
     with FakeServer("llamacpp", Script(step_s=0.005)) as fake:
         m = closed_loop(fake, 4, count=8)
     base = ClassResult("b.toml", "chat", "h100-sxm", judge(ClassBudget("chat", "chat", 41), m, roof),

@@ -13,14 +13,15 @@ from pytest_specbound.gate.verdict import Verdict
 from pytest_specbound.physics.frontier import frontier
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.models import load_model
-from pytest_specbound.physics.roofline import compute_roofline
+from pytest_specbound.physics.roofline import Deployment, compute_roofline
 from pytest_specbound.physics.speculative import parse_speculation
 from pytest_specbound.report.plot import pareto_points
 
 
 def test_the_frontier_trades_per_user_rate_for_aggregate():
     hw, model, spec = parse_hardware("a6000x2"), load_model("qwen3.6-27b"), parse_speculation("mtp:3")
-    points = frontier(lambda b: compute_roofline(hw, model, spec, batch=b), (1, 4, 16, 64), 3.08)
+    points = frontier(lambda b: compute_roofline(hw, model, spec, deployment=Deployment(batch=b)),
+                      (1, 4, 16, 64), 3.08)
     assert points[0].per_user_tok_s == pytest.approx(compute_roofline(hw, model, spec).tok_s(3.08))
     per_user = [p.per_user_tok_s for p in points]
     aggregate = [p.aggregate_tok_s for p in points]

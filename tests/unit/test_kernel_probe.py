@@ -135,10 +135,10 @@ def test_the_roofline_takes_the_servers_kernels_at_each_levels_verify(tmp_path, 
                                                                        monkeypatch):
     """A llama-server budget on the CPU: the compute term is the bench's forward over the
     verify step's tokens (drafts + 1, times the concurrency level), with the server's -t."""
-    from pytest_specbound.physics.gguf_writer import write_llama_gguf
+    from pytest_specbound.physics.gguf_writer import LlamaShape, write_llama_gguf
 
     bench = fake_bench(tmp_path / "bin", [400.0], busy_s=0.3)
-    write_llama_gguf(tmp_path / "m.gguf", n_layers=2, hidden=64, ffn=128, heads=2)
+    write_llama_gguf(tmp_path / "m.gguf", LlamaShape(n_layers=2, hidden=64, ffn=128, heads=2))
     monkeypatch.setattr(cpu_probe, "read_bandwidth", lambda threads, size: (1000.0, "fake"))
     (tmp_path / "b.toml").write_text(textwrap.dedent(f"""\
         [model]

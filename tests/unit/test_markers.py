@@ -49,7 +49,9 @@ def test_every_class_key_of_the_budget_schema_is_a_marker_keyword():
     assert set(MARKER_KEYS) >= CLASS_KEYS
     budget, _ = parse(warmup=0, samples=7, max_ttft_ms=100, min_tok_s=5)
     cls = budget.classes["chat"]
-    assert (cls.warmup, cls.samples, cls.max_ttft_ms, cls.min_tok_s) == (0, 7, 100, 5)
+    limits = cls.limits
+    assert (cls.warmup, cls.samples, limits.get("max_ttft_ms"), limits.get("min_tok_s")) == \
+        (0, 7, 100, 5)
 
 
 def test_a_marker_without_a_server_fails_at_once_naming_the_test():
@@ -65,7 +67,7 @@ def test_a_marker_without_a_server_fails_at_once_naming_the_test():
 def test_a_marker_names_its_twin_and_min_speedup():
     budget, name = parse(speculative="eagle3:3", server={"launch": "vllm serve m --port {port}"},
                          min_speedup=1.2, no_speculation={"url": "http://127.0.0.1:9"})
-    assert budget.classes[name].min_speedup == 1.2
+    assert budget.classes[name].limits.get("min_speedup") == 1.2
     assert budget.no_speculation is not None and budget.no_speculation.url == "http://127.0.0.1:9"
     budget, _ = parse(speculative="eagle3:3", no_speculation={})
     assert budget.no_speculation is not None and budget.no_speculation.launch is None

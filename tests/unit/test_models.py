@@ -122,9 +122,9 @@ def test_safetensors_index_gives_exact_bytes(tmp_path):
 
 def test_gguf_exact_bytes(tmp_path):
     pytest.importorskip("gguf")
-    from pytest_specbound.physics.gguf_writer import write_llama_gguf
+    from pytest_specbound.physics.gguf_writer import LlamaShape, write_llama_gguf
 
-    path = write_llama_gguf(tmp_path / "m.gguf", n_layers=2, hidden=64, ffn=128, heads=4)
+    path = write_llama_gguf(tmp_path / "m.gguf", LlamaShape(n_layers=2, hidden=64, ffn=128, heads=4))
     m = load_model(str(path))
     assert m.exact_bytes and m.n_layers == 2 and m.hidden == 64
     data_bytes = sum(int(t.n_bytes) for t in __import__("gguf").GGUFReader(str(path)).tensors)
@@ -142,9 +142,9 @@ def test_gguf_and_config_json_build_the_same_model(tmp_path):
     """One builder: a GGUF and the config.json of the same geometry agree on every field the
     geometry decides; the GGUF adds exact bytes (equal here: f16 matrices, small f32 norms)."""
     pytest.importorskip("gguf")
-    from pytest_specbound.physics.gguf_writer import VOCAB, write_llama_gguf
+    from pytest_specbound.physics.gguf_writer import VOCAB, LlamaShape, write_llama_gguf
 
-    path = write_llama_gguf(tmp_path / "m.gguf", n_layers=3, hidden=64, ffn=128, heads=4)
+    path = write_llama_gguf(tmp_path / "m.gguf", LlamaShape(n_layers=3, hidden=64, ffn=128, heads=4))
     _write(tmp_path, _llama_config(3, 64, 128, 4, len(VOCAB)), "config.json")
     g, c = load_model(str(path)), load_model(str(tmp_path / "config.json"))
     for name in ("n_layers", "hidden", "vocab", "kv_bytes_per_token", "state_bytes", "mtp_bytes",
@@ -161,12 +161,12 @@ def test_gguf_mtp_blocks_and_linear_state_are_read(tmp_path):
     pytest.importorskip("gguf")
     import gguf
 
-    from pytest_specbound.physics.gguf_writer import VOCAB, write_llama_gguf
+    from pytest_specbound.physics.gguf_writer import VOCAB, LlamaShape, write_llama_gguf
 
     ssm = {"full_attention_interval": 2, "ssm.group_count": 2, "ssm.time_step_rank": 4,
            "ssm.state_size": 16, "ssm.inner_size": 64, "ssm.conv_kernel": 4}
-    path = write_llama_gguf(tmp_path / "m.gguf", n_layers=2, hidden=64, ffn=128, heads=4,
-                            nextn=1, extra_fields=ssm)
+    path = write_llama_gguf(tmp_path / "m.gguf", LlamaShape(n_layers=2, hidden=64, ffn=128, heads=4,
+                                                            nextn=1, extra_fields=ssm))
     m = load_model(str(path))
     mtp = sum(int(t.n_bytes) for t in gguf.GGUFReader(str(path)).tensors
               if t.name.startswith("blk.2."))

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_specbound.gate.budget import ClassBudget
-from pytest_specbound.gate.judge import judge
+from pytest_specbound.gate.class_budget import ClassBudget
+from pytest_specbound.gate.judge import Judging, judge
 from pytest_specbound.gate.rule import decisions
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.overlap import overlaps
@@ -16,11 +16,11 @@ from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.sequential import Metric, per_request
 from pytest_specbound.physics.hardware import Hardware, parse_hardware
 from pytest_specbound.physics.models import load_model
-from pytest_specbound.physics.roofline import compute_roofline
+from pytest_specbound.physics.roofline import Deployment, compute_roofline
 from pytest_specbound.physics.speculative import parse_speculation
 from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.records import RequestRecord
-from pytest_specbound.serving.transport import StreamResult
+from pytest_specbound.serving.stream_result import StreamResult
 
 
 def rec(sent: float, ttft: float, decode: float, prompt: int = 100, cached: int | None = 0,
@@ -62,7 +62,7 @@ def test_only_the_prompt_tokens_the_server_computed_count():
 def test_the_roofline_adds_prefill_only_beyond_the_compute_a_round_leaves_idle():
     host = parse_hardware("h100")
     model = load_model("llama-3.1-8b")
-    roof = compute_roofline(host, model, parse_speculation("eagle:3"), batch=4)
+    roof = compute_roofline(host, model, parse_speculation("eagle:3"), deployment=Deployment(batch=4))
     per_token = 2 * model.active_params / (host.bf16_tflops * 1e12) * 1e3
     assert roof.prefill_ms_per_token == pytest.approx(per_token)
     assert roof.compute_slack_ms > 0  # a memory-bound decode round: most compute idle
@@ -72,7 +72,7 @@ def test_the_roofline_adds_prefill_only_beyond_the_compute_a_round_leaves_idle()
     assert roof.prefill_ms(hidden + 1000, rounds) == pytest.approx(1000 * per_token)
     # a compute-bound round (the CPU demo's) has no slack: every prompt token adds its matmuls
     cpu = compute_roofline(cpu_host(0.01, 0.05), model, parse_speculation("draft:3"),
-                           load_model("llama-3.2-1b"), batch=4)
+                           load_model("llama-3.2-1b"), Deployment(batch=4))
     assert cpu.bound == "compute" and cpu.compute_slack_ms == 0.0
     assert cpu.prefill_ms(100, 5) == pytest.approx(100 * 2 * model.active_params / 0.05e12 * 1e3)
 
@@ -81,20 +81,20 @@ def test_a_cpu_without_the_servers_prefill_kernels_counts_no_prefill():
     """The matmul probe is no ceiling for a server's own prompt kernels: nothing is counted."""
     host = replace(cpu_host(0.0, 0.0), bf16_tflops=0.5)
     roof = compute_roofline(host, load_model("llama-3.2-1b"), parse_speculation("ngram:3"),
-                            batch=4)
+                            deployment=Deployment(batch=4))
     assert roof.prefill_ms_per_token == 0.0 and roof.prefill_ms(1e6, 1) == 0.0
 
 
 def level(prompt: int) -> tuple[Measurement, ClassBudget, object]:
     """Two streams, each decoding while the other's prompt of ``prompt`` tokens is computed."""
     roof = compute_roofline(cpu_host(0.02, 0.05), load_model("llama-3.2-1b"),
-                            parse_speculation("ngram:3"), batch=2)
+                            parse_speculation("ngram:3"), deployment=Deployment(batch=2))
     round_s = roof.round_ms / 1e3
     decode = 10 * round_s * 1.5  # 10 rounds of 3 tokens each, at 2/3 of the roofline
     a = rec(0.0, 0.2, decode, prompt=prompt)
     b = rec(0.2 + decode / 4, decode / 4, decode, prompt=prompt)  # its prefill inside A's decode
     m = Measurement("llamacpp", (a, b), concurrency=2)
-    return m, ClassBudget("chat", "chat", 30, min_efficiency=0.5), roof
+    return m, ClassBudget("chat", "chat", 30, limits={"min_efficiency": 0.5}), roof
 
 
 def test_efficiency_counts_the_others_prefill_in_the_floor():
@@ -166,9 +166,9 @@ def test_a_level_says_when_no_server_field_tells_the_prompt_tokens_computed():
 
 def test_a_failing_level_names_the_flag_that_would_count_the_others_prefill():
     m, _, roof = level(prompt=400)
-    strict = ClassBudget("chat", "chat", 30, min_efficiency=0.95)
+    strict = ClassBudget("chat", "chat", 30, limits={"min_efficiency": 0.95})
     silent = replace(m, records=tuple(replace(r, cached_prompt_tokens=None) for r in m.records))
-    text = judge(strict, silent, roof, cached_tokens="--enable-prompt-tokens-details").text
+    text = judge(strict, silent, roof, how=Judging(cached_tokens="--enable-prompt-tokens-details")).text
     assert ("note: other requests' prefill is not in this floor: the server does not say how "
             "much of each prompt it computed (launch it with --enable-prompt-tokens-details)"
             in text)

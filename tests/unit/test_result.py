@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytest_specbound.gate.budget import ClassBudget
+from pytest_specbound.gate.class_budget import ClassBudget
 from pytest_specbound.gate.judge import judge
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
 from pytest_specbound.gate.verdict import Verdict
@@ -29,14 +29,15 @@ def result() -> ClassResult:
                for i in range(6)]
     m = Measurement("sglang", records, warmup=1, stopped="fixed count of 6 requests",
                     stop=Stop.FIXED_COUNT, info=ServerInfo(("qwen",), "0.5", {"steps": 3}))
-    cls = ClassBudget("coding", "coding", 256, accept=(2.8, 3.4), min_efficiency=0.5)
+    cls = ClassBudget("coding", "coding", 256, limits={"accept": (2.8, 3.4), "min_efficiency": 0.5})
     verdict = judge(cls, m, roof, {"accept_low": Decision("ok", 6, 3.0, 2.9, 3.2),
                                    "accept_high": Decision("ok", 6, 3.0, 2.9, 3.2),
                                    "efficiency": Decision("bad", 6, 0.35, 0.3, 0.4)})
     base = ClassResult("budgets/q.toml", "coding", "a6000x2", verdict, budget_sha256="ab",
-                       model=roof.model.name, accept_band=cls.accept, min_efficiency=0.5,
-                       roofline=RooflineFigures.of(roof), bounds={"accept_length": (2.9, 3.2)},
-                       confidence_level=0.99, elapsed_s=1.5, nodeid="budgets/q.toml::coding")
+                       model=roof.model.name, roofline=RooflineFigures.of(roof),
+                       bounds={"accept_length": (2.9, 3.2)}, confidence_level=0.99,
+                       elapsed_s=1.5, nodeid="budgets/q.toml::coding",
+                       limits={"accept": cls.accept, "min_efficiency": 0.5})
     return base.with_measurement(m)
 
 

@@ -4,7 +4,12 @@ import pytest
 
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.models import load_model
-from pytest_specbound.physics.roofline import COMPONENTS, compute_roofline, expected_distinct_experts
+from pytest_specbound.physics.roofline import (
+    COMPONENTS,
+    Deployment,
+    compute_roofline,
+    expected_distinct_experts,
+)
 from pytest_specbound.physics.speculative import parse_speculation
 
 
@@ -58,7 +63,7 @@ def test_throughput_is_linear_in_accept(seed):
 
 def test_compute_bound_at_large_batch():
     roof = compute_roofline(parse_hardware("a6000"), load_model("llama-3.1-8b"),
-                            parse_speculation("eagle3:3"), batch=256)
+                            parse_speculation("eagle3:3"), deployment=Deployment(batch=256))
     assert roof.bound == "compute"
     assert roof.components_ms["compute"] > 0
 
@@ -92,6 +97,6 @@ def test_bound_names_the_scheduler_constant_when_it_dominates(tmp_path):
             "num_attention_heads": 4, "vocab_size": 300, "torch_dtype": "bfloat16"}
     (tmp_path / "config.json").write_text(json.dumps(tiny))
     roof = compute_roofline(parse_hardware("h100"), load_model(str(tmp_path / "config.json")),
-                            parse_speculation("ngram:3"), overhead_ms=0.5)
+                            parse_speculation("ngram:3"), deployment=Deployment(overhead_ms=0.5))
     assert roof.components_ms["overhead"] > roof.components_ms["weights"]
     assert roof.bound == "scheduler overhead"

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbound.gate.budget import ClassBudget
 from pytest_specbound.gate.calibrate import propose
-from pytest_specbound.gate.judge import judge
+from pytest_specbound.gate.class_budget import ClassBudget
+from pytest_specbound.gate.judge import Judging, judge
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
 from pytest_specbound.gate.rule import SequentialRule, decisions, limits
-from pytest_specbound.gate.simulate import run_sequential, synthetic_record
+from pytest_specbound.gate.simulate import SimulatedServer, run_sequential, synthetic_record
 from pytest_specbound.gate.verdict import Verdict
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import (
@@ -93,10 +93,10 @@ def test_error_rates_hold_at_the_hypotheses(noise, resolution):
 def test_a_class_five_percent_from_its_floor_at_nine_percent_noise_is_decided(roof):
     """The issue's done-when: within the default sample budget (64), both sides of the floor."""
     rng = random.Random(8)
-    cls = ClassBudget("c", "chat", 256, min_efficiency=0.6)
+    cls = ClassBudget("c", "chat", 256, limits={"min_efficiency": 0.6})
     for truth in (0.6 * 1.05, 0.6 * 0.95):
-        outcomes = [run_sequential(rng, cls, roof, truth * roof.tok_s(3.0), 3.0, 0.09)[0]
-                    for _ in range(150)]
+        server = SimulatedServer(truth * roof.tok_s(3.0), 3.0, 0.09)
+        outcomes = [run_sequential(rng, cls, roof, server)[0] for _ in range(150)]
         assert outcomes.count("inconclusive") / len(outcomes) <= 0.08, (truth, outcomes)
         expected = "pass" if truth > 0.6 else "fail"
         assert outcomes.count(expected) / len(outcomes) >= 0.9
@@ -107,10 +107,11 @@ def test_all_thresholds_at_once_keep_the_family_wise_rate(roof):
     class fails at most alpha of the time over all its tests together."""
     rng = random.Random(9)
     tok_s = 0.7 * roof.tok_s(3.0)
-    cls = ClassBudget("c", "chat", 256, accept=(2.5, 3.6), min_efficiency=0.7, min_tok_s=tok_s)
+    cls = ClassBudget("c", "chat", 256,
+                      limits={"accept": (2.5, 3.6), "min_efficiency": 0.7, "min_tok_s": tok_s})
     assert len(limits(cls)) == 4
     runs = 300
-    fails = sum(run_sequential(rng, cls, roof, tok_s, 3.0, 0.06)[0] == "fail"
+    fails = sum(run_sequential(rng, cls, roof, SimulatedServer(tok_s, 3.0, 0.06))[0] == "fail"
                 for _ in range(runs))
     assert fails / runs <= bound(0.05, runs)
 
@@ -118,10 +119,11 @@ def test_all_thresholds_at_once_keep_the_family_wise_rate(roof):
 def test_wide_margins_decide_at_the_first_look(roof):
     rng = random.Random(2)
     true = 0.8 * roof.tok_s(3.0)
-    assert run_sequential(rng, ClassBudget("c", "chat", 256, min_efficiency=0.5), roof, true,
-                          3.0, 0.1) == ("pass", 4)
-    assert run_sequential(rng, ClassBudget("c", "chat", 256, min_efficiency=0.95), roof, true,
-                          3.0, 0.1) == ("fail", 4)
+    server = SimulatedServer(true, 3.0, 0.1)
+    assert run_sequential(rng, ClassBudget("c", "chat", 256, limits={"min_efficiency": 0.5}), roof,
+                          server) == ("pass", 4)
+    assert run_sequential(rng, ClassBudget("c", "chat", 256, limits={"min_efficiency": 0.95}), roof,
+                          server) == ("fail", 4)
 
 
 def test_one_stalled_request_cannot_fail_a_class_on_its_own():
@@ -153,7 +155,7 @@ def test_stalls_do_not_raise_the_false_failure_rate():
 def test_a_request_that_errors_is_still_an_error(roof):
     records = [synthetic_record(random.Random(i), 100.0, 3.0, 128, 0.02) for i in range(6)]
     m = Measurement("sim", (*records, RequestRecord(error="HTTP 500: boom")))
-    cls = ClassBudget("c", "chat", 256, min_efficiency=0.1)
+    cls = ClassBudget("c", "chat", 256, limits={"min_efficiency": 0.1})
     rule = SequentialRule(cls, roof, 0.95, 5, 64)
     assert rule.stop_reason(m) is not None
     look = rule.look(m)
@@ -185,9 +187,9 @@ def test_ttft_is_judged_by_its_own_test(roof):
     records = [replace_ttft(synthetic_record(rng, 100.0, 3.0, 128, 0.02), 0.05 + 0.005 * i)
                for i in range(8)]
     m = Measurement("sim", records)
-    cls = ClassBudget("c", "chat", 256, max_ttft_ms=200)
+    cls = ClassBudget("c", "chat", 256, limits={"max_ttft_ms": 200})
     assert decisions(cls, m, roof, 0.95, 0.05)["ttft_ms"].side == "ok"
-    tight = ClassBudget("c", "chat", 256, max_ttft_ms=20)
+    tight = ClassBudget("c", "chat", 256, limits={"max_ttft_ms": 20})
     d = decisions(tight, m, roof, 0.95, 0.05)
     assert d["ttft_ms"].side == "bad"
     assert judge(tight, m, roof, d).reasons == ("ttft_above_max",)
@@ -201,13 +203,14 @@ def replace_ttft(r: RequestRecord, ttft_s: float) -> RequestRecord:
 
 def test_an_undecided_verdict_says_how_far_it_got(roof):
     rng = random.Random(6)
-    cls = ClassBudget("c", "chat", 256, min_efficiency=0.7)
+    cls = ClassBudget("c", "chat", 256, limits={"min_efficiency": 0.7})
     rule = SequentialRule(cls, roof, 0.95, 5, 12)
     # the truth 2.5% under the floor: within the resolution, undecided at 12 requests
     records = [synthetic_record(rng, 0.7 * 0.975 * roof.tok_s(3.0), 3.0, 128, 0.09)
                for _ in range(12)]
     look = rule.look(Measurement("sim", records))
-    v = judge(cls, look.measurement, roof, look.decisions, resolution=rule.resolution)
+    v = judge(cls, look.measurement, roof, look.decisions,
+              how=Judging(resolution=rule.resolution))
     assert v.status == "inconclusive", v.lines  # a fixed seed: this draw stays undecided
     evidence = next(line for line in v.lines if line.startswith("evidence"))
     assert "efficiency" in evidence and "over 12 requests" in evidence and "undecided" in evidence
@@ -228,9 +231,9 @@ def test_calibrate_then_run_passes_at_least_one_minus_alpha(roof):
             bounds=bounds(m, roof.round_ms, 0.9, roof.max_accept), resolution=0.05))
         band = proposal["accept"]
         assert isinstance(band, list)
-        cls = ClassBudget("c", "chat", 256, accept=(band[0], band[1]),
-                          min_efficiency=float(proposal["min_efficiency"]))  # type: ignore[arg-type]
-        status, _ = run_sequential(rng, cls, roof, truth, 3.0, 0.09)
+        cls = ClassBudget("c", "chat", 256, limits={
+            "accept": (band[0], band[1]), "min_efficiency": float(proposal["min_efficiency"])})  # type: ignore[arg-type]
+        status, _ = run_sequential(rng, cls, roof, SimulatedServer(truth, 3.0, 0.09))
         passes += status == "pass"
     assert passes / runs >= 1 - bound(0.05, runs)
 
@@ -248,11 +251,11 @@ def test_accept_thresholds_at_the_physical_limits_hold_without_testing(roof):
     rng = random.Random(13)
     noisy = [synthetic_record(rng, 100.0, 2.2, 64, 0.3, accept_sd=0.4) for _ in range(4)]
     m = Measurement("sim", tuple(noisy))
-    wide = ClassBudget("c", "chat", 64, accept=(1.0, float(roof.max_accept)))
+    wide = ClassBudget("c", "chat", 64, limits={"accept": (1.0, float(roof.max_accept))})
     d = decisions(wide, m, roof, 0.95, 0.05)
     assert d["accept_low"].side == d["accept_high"].side == "ok"
     assert d["accept_high"].estimate is None  # decided without a test
-    inner = ClassBudget("c", "chat", 64, accept=(1.0, roof.max_accept - 0.5))
+    inner = ClassBudget("c", "chat", 64, limits={"accept": (1.0, roof.max_accept - 0.5)})
     tested = decisions(inner, m, roof, 0.95, 0.05)["accept_high"]
     assert tested.estimate is not None and tested.n == 4  # a real test still runs
 

@@ -28,10 +28,10 @@ def test_draft_forwards_per_round(spec, forwards):
 def test_a_tiny_drafters_forwards_cost_their_kernels_floor_on_a_gpu(tmp_path):
     """A 1-layer 128-wide drafter reads almost nothing; each of its forwards still runs its
     kernels, which the GPU cannot finish in less than the per-kernel floor."""
-    from pytest_specbound.physics.gguf_writer import write_llama_gguf
+    from pytest_specbound.physics.gguf_writer import LlamaShape, write_llama_gguf
 
-    tiny = load_model(str(write_llama_gguf(tmp_path / "d.gguf", n_layers=1, hidden=128, ffn=256,
-                                           heads=2)))
+    tiny = load_model(str(write_llama_gguf(tmp_path / "d.gguf", LlamaShape(n_layers=1, hidden=128,
+                                                                           ffn=256, heads=2))))
     target = load_model("llama-3.1-8b")
     spec = parse_speculation("draft:4")
     roof = rl.compute_roofline(parse_hardware("h100"), target, spec, tiny)
@@ -49,10 +49,10 @@ def test_the_floor_does_not_touch_large_forwards_or_the_seed():
 
 
 def test_no_kernel_floor_on_the_cpu_host(tmp_path):
-    from pytest_specbound.physics.gguf_writer import write_llama_gguf
+    from pytest_specbound.physics.gguf_writer import LlamaShape, write_llama_gguf
 
-    tiny = load_model(str(write_llama_gguf(tmp_path / "d.gguf", n_layers=1, hidden=64, ffn=128,
-                                           heads=2)))
+    tiny = load_model(str(write_llama_gguf(tmp_path / "d.gguf", LlamaShape(n_layers=1, hidden=64,
+                                                                           ffn=128, heads=2))))
     host = Hardware("cpu", "cpu", 1, 30.0, 0.0, 1.0, "none", 0.0, "probe")
     roof = rl.compute_roofline(host, tiny, parse_speculation("draft:3"), tiny)
     floor = (rl.OPS_PER_LAYER + rl.OPS_PER_FORWARD) * rl.OP_FLOOR_MS
@@ -75,10 +75,12 @@ def test_an_engines_cost_per_draft_forward_is_added_per_forward():
     slow = base.what_if(draft_step_ms=0.7)
     assert slow.components_ms["draft"] - base.components_ms["draft"] == pytest.approx(4 * 0.7)
     assert slow.to_dict()["draft_step_ms"] == 0.7 and slow.to_dict()["draft_forwards"] == 4
-    ngram = rl.compute_roofline(hw, target, parse_speculation("ngram:4"), draft_step_ms=0.7)
+    ngram = rl.compute_roofline(hw, target, parse_speculation("ngram:4"),
+                                deployment=rl.Deployment(draft_step_ms=0.7))
     assert ngram.components_ms["draft"] < 0.01  # n-gram lookup runs no forward
     with pytest.raises(ConfigError, match="draft_step_ms=-1: must be >= 0"):
-        rl.compute_roofline(hw, target, parse_speculation("eagle3:4"), draft_step_ms=-1)
+        rl.compute_roofline(hw, target, parse_speculation("eagle3:4"),
+                            deployment=rl.Deployment(draft_step_ms=-1))
 
 
 def budget(tmp_path, backend: str, roofline: str = "", method: str = "eagle3",

@@ -8,15 +8,16 @@ import random
 
 import pytest
 
-from pytest_specbound.gate.budget import ClassBudget
-from pytest_specbound.gate.judge import judge
+from pytest_specbound.gate.against_twin import AgainstTwin
+from pytest_specbound.gate.class_budget import ClassBudget
+from pytest_specbound.gate.judge import Judging, judge
 from pytest_specbound.gate.result import ClassResult
 from pytest_specbound.gate.rule import decisions
 from pytest_specbound.gate.verdict import Verdict
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import Side, Threshold
 from pytest_specbound.measure.speedup import (
-    Baseline,
+    Sample,
     draft_step_cost,
     precise_enough,
     speedup,
@@ -31,8 +32,8 @@ from pytest_specbound.report.table import crossover, speedup_text, terminal
 from pytest_specbound.serving.records import RequestRecord
 
 
-def base_of(rates: list[float], floor_ms: float = 10.0) -> Baseline:
-    return Baseline(tuple(rates), tuple(1e3 / r for r in rates), floor_ms, 1e3 / floor_ms)
+def base_of(rates: list[float], floor_ms: float = 10.0) -> Sample:
+    return Sample(tuple(rates), tuple(1e3 / r for r in rates), floor_ms, 1e3 / floor_ms)
 
 
 def lognormal(rng: random.Random, mean: float, sd: float, n: int) -> list[float]:
@@ -107,7 +108,7 @@ def test_draft_step_cost_recovers_the_engine_cost_per_forward():
     the cost per forward is 0.7 ms, whatever the floors."""
     rng = random.Random(5)
     base_rounds = [8.0 + 1.0 + rng.gauss(0, 0.05) for _ in range(20)]
-    base = Baseline(tuple(1e3 / r for r in base_rounds), tuple(base_rounds), 8.0, 125.0)
+    base = Sample(tuple(1e3 / r for r in base_rounds), tuple(base_rounds), 8.0, 125.0)
     spec_rounds = [12.0 + 1.0 + 3 * 0.7 + rng.gauss(0, 0.05) for _ in range(20)]
     cost = draft_step_cost(spec_rounds, 12.0, base, 3, 0.95)
     assert cost is not None and cost.ms == pytest.approx(0.7, abs=0.03)
@@ -130,13 +131,13 @@ def measured(rates: list[float], accept: float = 2.1, concurrency: int = 1) -> M
 
 
 def test_speculation_that_does_not_pay_is_its_own_diagnosis(seed):
-    cls = ClassBudget("chat", "chat", 256, accept=(1.8, 2.6), min_speedup=1.2)
+    cls = ClassBudget("chat", "chat", 256, limits={"accept": (1.8, 2.6), "min_speedup": 1.2})
     rng = random.Random(2)
     base = base_of(lognormal(rng, 50.0, 0.02, 12))
     m = measured(lognormal(rng, 48.5, 0.02, 12), concurrency=8)
-    found = decisions(cls, m, seed, 0.95, 0.05, base=base)
+    found = decisions(cls, m, seed, 0.95, 0.05, comparisons=(AgainstTwin(base),))
     assert found[Threshold.SPEEDUP].side is Side.BAD
-    v = judge(cls, m, seed, found, base=base)
+    v = judge(cls, m, seed, found, how=Judging((AgainstTwin(base),)))
     assert v.status == "fail" and v.diagnosis == "speculation"
     assert "speedup_below_min" in v.reasons
     line = next(x for x in v.lines if x.startswith("speculation does not pay at c8: 0.9"))
@@ -144,14 +145,15 @@ def test_speculation_that_does_not_pay_is_its_own_diagnosis(seed):
 
 
 def test_min_speedup_without_a_base_sets_no_test(seed):
-    cls = ClassBudget("chat", "chat", 256, min_speedup=1.2)
+    cls = ClassBudget("chat", "chat", 256, limits={"min_speedup": 1.2})
     assert decisions(cls, measured([50.0] * 6), seed, 0.95, 0.05) == {}
 
 
 def result(level: int, s: float | None) -> ClassResult:
     return ClassResult("b.toml", "chat", "h100", Verdict("pass"), concurrency=level,
-                       level_ids=True, speedup=s, speedup_bounds=(s - 0.1, s + 0.1) if s else None,
-                       base={"decode_tok_s": 50.0}, min_speedup=1.1)
+                       level_ids=True, speedup=s,
+                       speedup_bounds=(s - 0.1, s + 0.1) if s else None,
+                       base={"decode_tok_s": 50.0}, limits={"min_speedup": 1.1})
 
 
 def test_the_table_shows_the_speedup_and_where_it_crosses_one():
@@ -167,7 +169,7 @@ def test_the_table_shows_the_speedup_and_where_it_crosses_one():
 def test_speedup_fields_survive_the_json_round_trip():
     r = result(4, 1.25)
     back = ClassResult.from_json(r.to_json())
-    assert (back.speedup, back.speedup_bounds, back.base_decode_tok_s, back.min_speedup) == \
+    assert (back.speedup, back.speedup_bounds, back.base_decode_tok_s, back.limit("min_speedup")) == \
         (1.25, (1.15, 1.35), 50.0, 1.1)
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pytest_specbound.errors import RequestError
 from pytest_specbound.serving.sse import _decode_fast, _normalised, split_events
-from pytest_specbound.serving.transport import StreamResult
+from pytest_specbound.serving.stream_result import StreamResult
 
 OBJECTS = st.dictionaries(st.sampled_from(["text", "id", "n"]),
                           st.one_of(st.integers(), st.text(max_size=8)), max_size=3)

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_specbound.measure.measurement import Stop
 from pytest_specbound.measure.prompts import load_prompts
-from pytest_specbound.measure.sampler import FixedCount, Sampler, measure, untimed_reason
+from pytest_specbound.measure.sampler import FixedCount, Sampler, Stopping, Workload, measure, untimed_reason
 from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.records import RequestRecord
 from pytest_specbound.serving.transport import Endpoint
@@ -35,7 +35,7 @@ def test_ttft_under_the_loopback_floor_is_untimed():
 def test_a_server_that_bursts_gets_its_own_clock_used_and_named():
     with FakeServer("llamacpp", Script(burst=True)) as srv:  # llama.cpp reports timings
         m = measure(Sampler(Endpoint(srv.url), get_backend("llamacpp"), max_accept=4),
-                    load_prompts("chat"), 41, FixedCount(4), warmup=0)
+                    Workload(load_prompts("chat"), 41, warmup=0), Stopping(FixedCount(4)))
     assert len(m.records) == 4 and not m.untimed
     assert all(r.clock == "server" and r.decode_s == r.server_decode_s > 0 for r in m.records)
     assert "4 of 4 requests timed on the server's clock" in m.server_clock_note()
@@ -43,7 +43,7 @@ def test_a_server_that_bursts_gets_its_own_clock_used_and_named():
 
 
 def test_untimeable_requests_are_retried_then_the_class_is_an_error():
-    from pytest_specbound.gate.budget import ClassBudget
+    from pytest_specbound.gate.class_budget import ClassBudget
     from pytest_specbound.gate.judge import judge
     from pytest_specbound.physics.hardware import parse_hardware
     from pytest_specbound.physics.models import load_model
@@ -52,11 +52,12 @@ def test_untimeable_requests_are_retried_then_the_class_is_an_error():
 
     with FakeServer("vllm", Script(burst=True, fault="nometrics")) as srv:  # no clock at all
         m = measure(Sampler(Endpoint(srv.url), get_backend("vllm"), max_accept=4),
-                    load_prompts("chat"), 41, FixedCount(4), warmup=0, max_untimed=3)
+                    Workload(load_prompts("chat"), 41, warmup=0),
+                    Stopping(FixedCount(4), max_untimed=3))
     assert m.stop is Stop.UNTIMED and len(m.untimed) == 4 and not m.records
     roof = compute_roofline(parse_hardware("h100"), load_model("llama-3.1-8b"),
                             parse_speculation("eagle3:3"))
-    verdict = judge(ClassBudget("chat", "chat", 41, accept=(3.5, 4.0)), m, roof)
+    verdict = judge(ClassBudget("chat", "chat", 41, limits={"accept": (3.5, 4.0)}), m, roof)
     assert verdict.status == "error" and verdict.reasons == ("untimed",)
     # a burst reads as all 40 tokens in the first read, whichever clock stamped the reads
     assert re.match(r"4 of 4 requests could not be timed \(more than the allowance of 3\): "
@@ -71,7 +72,7 @@ def test_a_steady_server_is_timed_by_the_client(family):
     # client were kept off the CPU for longer than that
     with FakeServer(family, Script(step_s=0.05)) as srv:
         m = measure(Sampler(Endpoint(srv.url), get_backend(family), max_accept=4),
-                    load_prompts("chat"), 41, FixedCount(3), warmup=0)
+                    Workload(load_prompts("chat"), 41, warmup=0), Stopping(FixedCount(3)))
     assert not m.untimed and all(r.clock == "client" and r.decode_reads >= 10 for r in m.records)
 
 
@@ -81,7 +82,7 @@ def test_vllm_server_clock_on_every_request(per_request):
     the per-request metrics already give the accept length."""
     with FakeServer("vllm", Script(per_request_metrics=per_request)) as srv:
         m = measure(Sampler(Endpoint(srv.url), get_backend("vllm"), max_accept=4),
-                    load_prompts("chat"), 41, FixedCount(4), warmup=1)
+                    Workload(load_prompts("chat"), 41, warmup=1), Stopping(FixedCount(4)))
     assert all(r.server_decode_s and r.server_decode_s > 0 for r in m.records)
     assert m.accept_source == ("server" if per_request else "metrics")
     assert abs(m.clock_ratio - 1) < 0.2
@@ -94,7 +95,8 @@ def test_a_request_llama_server_drafted_nothing_for_is_accept_one(drafting, sour
     without that knowledge the figure comes from elsewhere (here the counters)."""
     with FakeServer("llamacpp", Script(steps=[1] * 12, drafted=False)) as srv:
         m = measure(Sampler(Endpoint(srv.url), get_backend("llamacpp"), max_accept=4,
-                            drafting=drafting), load_prompts("chat"), 13, FixedCount(3), warmup=0)
+                            drafting=drafting), Workload(load_prompts("chat"), 13, warmup=0),
+                    Stopping(FixedCount(3)))
     assert [r.accept_source for r in m.records] == [source] * 3
     assert all(r.accept_length == pytest.approx(1.0, abs=0.35) for r in m.records)
     if drafting:

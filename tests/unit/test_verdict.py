@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_specbound.gate.budget import ClassBudget
-from pytest_specbound.gate.judge import judge
+from pytest_specbound.gate.class_budget import ClassBudget
+from pytest_specbound.gate.judge import Judging, judge
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import Decision
 from pytest_specbound.physics.hardware import parse_hardware
@@ -28,7 +28,7 @@ def measured(tok_s, accept, n=8, source="server", ttft=0.05):
                                                 accept_source=source) for _ in range(n)])
 
 
-CODING = ClassBudget("coding", "coding", 256, accept=(2.8, 3.4), min_efficiency=0.70)
+CODING = ClassBudget("coding", "coding", 256, limits={"accept": (2.8, 3.4), "min_efficiency": 0.70})
 
 
 def test_seed_measurement_passes(seed):
@@ -61,7 +61,7 @@ def test_both_moved(seed):
 
 
 def test_absolute_floors_and_ttft(seed):
-    b = ClassBudget("c", "coding", 256, min_tok_s=60, max_ttft_ms=100)
+    b = ClassBudget("c", "coding", 256, limits={"min_tok_s": 60, "max_ttft_ms": 100})
     v = judge(b, measured(55, 3.08, ttft=0.2), seed)
     assert v.reasons == ("tok_s_below_min", "ttft_above_max")
     assert "TTFT median 200 ms > max_ttft_ms 100" in v.lines
@@ -72,7 +72,7 @@ def test_undecided_tests_make_it_inconclusive_and_show_their_evidence(seed):
                "accept_high": Decision("ok", 9, 3.08, 2.9, 3.3),
                "efficiency": Decision("ok", 9, 0.8, 0.75, 0.85)}
     undecided = {**decided, "accept_high": Decision("unsure", 9, 3.08, 2.7, 3.45, more=14)}
-    v = judge(CODING, measured(55, 3.08), seed, undecided, resolution=0.05)
+    v = judge(CODING, measured(55, 3.08), seed, undecided, how=Judging(resolution=0.05))
     assert v.status == "inconclusive"
     assert "inconclusive after 8 requests: accept 3.08 vs band [2.8, 3.4]" in v.lines[0]
     evidence = next(line for line in v.lines if line.startswith("evidence (resolution 5%)"))
@@ -100,5 +100,5 @@ def test_estimate_is_flagged(seed):
 
 
 def test_accept_above_max_is_capped_for_the_roofline(seed):
-    v = judge(ClassBudget("c", "coding", 256, min_efficiency=0.5), measured(80, 4.3), seed)
+    v = judge(ClassBudget("c", "coding", 256, limits={"min_efficiency": 0.5}), measured(80, 4.3), seed)
     assert v.roofline_tok_s == pytest.approx(seed.ceiling_tok_s)

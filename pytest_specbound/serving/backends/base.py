@@ -10,7 +10,8 @@ from typing import Any
 from pytest_specbound.serving.prometheus import counter_totals
 from pytest_specbound.serving.records import RequestRecord, ServerInfo
 from pytest_specbound.serving.settings import Served, argv_of
-from pytest_specbound.serving.transport import Endpoint, RequestBody, StreamResult
+from pytest_specbound.serving.stream_result import StreamResult
+from pytest_specbound.serving.transport import Endpoint, RequestBody
 
 
 @dataclass(frozen=True)

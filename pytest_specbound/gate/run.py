@@ -1,0 +1,116 @@
+"""One run of the gate, as the plugin and the CLI drive it: :meth:`GateRun.prepare` plans every
+class the run will measure, with its comparisons (the twin without speculation, measured first
+and once per run; the last accepted run), before the first speculative measurement; then
+:meth:`GateRun.run` measures and judges one class at one level."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from pytest_specbound.errors import SpecboundError
+from pytest_specbound.gate.against_twin import AgainstTwin
+from pytest_specbound.gate.baseline import BaselineRuns
+from pytest_specbound.gate.budget import Budget
+from pytest_specbound.gate.comparison import Comparison
+from pytest_specbound.gate.plan import ClassPlan, plan_class, wants_twin
+from pytest_specbound.gate.pool import ServerPool
+from pytest_specbound.gate.result import ClassResult
+from pytest_specbound.gate.runner import Hooks, run_class
+from pytest_specbound.gate.settings import Settings
+from pytest_specbound.gate.twins import Twins
+from pytest_specbound.physics.hardware import Hardware
+
+Wanted = tuple[Budget, str, int]  # a budget, one of its classes, one of its levels
+PlanKey = tuple[str, str, int]
+
+
+def levels_of(settings: Settings, budget: Budget, name: str) -> tuple[int, ...]:
+    """The concurrency levels a class runs at: ``--specbound-concurrency``, else its own."""
+    return settings.concurrency or budget.classes[name].concurrency
+
+
+@dataclass
+class GateRun:
+    """The run's plans by budget, class and level (or why one could not be made)."""
+
+    hw: Hardware
+    settings: Settings
+    pool: ServerPool
+    identity: Callable[[], Mapping[str, object]] = dict  # this run's, for the baseline's notes
+    say: Callable[[str], None] | None = None
+    # by key: the budget planned (a marker's budget shares its test file's path) and its plan
+    _plans: dict[PlanKey, tuple[Budget, ClassPlan | SpecboundError]] = field(default_factory=dict)
+    _baseline: BaselineRuns | None = None
+    _twins: Twins | None = None
+
+    def prepare(self, wanted: Iterable[Wanted]) -> None:
+        """Plan each wanted class at its level, then measure the twins they compare with (one
+        twin server at a time, before any speculative server starts), then add each plan's
+        comparisons. A plan that cannot be made keeps its error for :meth:`run`."""
+        if self.settings.baseline is not None and self._baseline is None:
+            self._baseline = BaselineRuns(self.settings, self.identity())
+        todo = [(self._key(b, n, level), self._on_hw(b), n, level) for b, n, level in wanted]
+        todo = [t for t in todo if self._planned(t[0], t[1]) is None]
+        for key, budget, name, level in todo:
+            try:
+                self._plans[key] = budget, self._plan(budget, name, level)
+            except SpecboundError as exc:
+                self._plans[key] = budget, exc
+        self.twins.measure_all([(b, n, lv) for key, b, n, lv in todo
+                                if isinstance(self._plans[key][1], ClassPlan)
+                                and wants_twin(b, b.classes[n], self.settings)])
+        for key, budget, name, _ in todo:
+            plan = self._plans[key][1]
+            if isinstance(plan, ClassPlan):
+                try:
+                    plan = plan.comparing(*self._comparisons(budget, name, plan))
+                    self._plans[key] = budget, plan
+                except SpecboundError as exc:
+                    self._plans[key] = budget, exc
+
+    def plan(self, budget: Budget, name: str, level: int) -> ClassPlan:
+        """The class's plan at ``level``, made now where :meth:`prepare` did not (a marker's)."""
+        key = self._key(budget, name, level)
+        found = self._planned(key, self._on_hw(budget))
+        if found is None:
+            self.prepare([(budget, name, level)])
+            found = self._plans[key][1]
+        if isinstance(found, SpecboundError):
+            raise found
+        return found
+
+    def run(self, budget: Budget, name: str, level: int,
+            hooks: Hooks | None = None) -> ClassResult:
+        """Measure and judge one class at one level, as planned."""
+        return run_class(self.plan(budget, name, level), self.pool, hooks or Hooks())
+
+    @property
+    def twins(self) -> Twins:
+        if self._twins is None:
+            self._twins = Twins(self.hw, self.settings, self.pool, self.say)
+        return self._twins
+
+    def _planned(self, key: PlanKey, budget: Budget) -> ClassPlan | SpecboundError | None:
+        """The plan made for this very budget, if one was."""
+        found = self._plans.get(key)
+        return found[1] if found is not None and found[0] == budget else None
+
+    def _key(self, budget: Budget, name: str, level: int) -> PlanKey:
+        return str(budget.path), name, level
+
+    def _on_hw(self, budget: Budget) -> Budget:
+        return budget.for_hardware(self.hw.label)
+
+    def _plan(self, budget: Budget, name: str, level: int) -> ClassPlan:
+        cls = replace(budget.classes[name], concurrency=levels_of(self.settings, budget, name))
+        return plan_class(budget, cls, self.hw, self.settings, level)
+
+    def _comparisons(self, budget: Budget, name: str, plan: ClassPlan) -> list[Comparison]:
+        found: list[Comparison] = []
+        if wants_twin(budget, budget.classes[name], self.settings):
+            found.append(AgainstTwin.of(self.twins.get(budget, name, plan.concurrency)))
+        if self._baseline is not None:
+            found.append(self._baseline.comparison(budget, plan.cls, plan.concurrency,
+                                                   self.hw.label, plan.rule.resolution))
+        return found
