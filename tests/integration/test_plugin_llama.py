@@ -108,7 +108,11 @@ def test_cpu_demo_budget_main_command(pytester):
     for r in doc["results"]:  # the compute side is llama.cpp's own forward over the step
         hardware = r["roofline"]["hardware"]
         assert "llama-bench" in hardware["source"] and hardware["kernel_tflops"] > 0, hardware
-        assert 0.5 <= r["efficiency"] <= 1.0, r  # the shipped floor, and a ceiling
+        # the shipped floor, and a ceiling: a server measured above it is named, and the CPU
+        # probes that read slow are dropped (gate/crosscheck.py)
+        assert r["efficiency"] >= 0.5, r
+        assert r["efficiency"] <= 1.0 or any("ran above this host's roofline" in t
+                                             for t in r["text"]), r["text"]
         # at 4 streams each new prompt is computed in the others' rounds: measured, counted
         prefill = r["roofline"]["components_ms"].get("prefill", 0.0)
         assert (prefill > 0) == (r["concurrency"] == 4), r["roofline"]
