@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,11 +172,27 @@ def output_path(flag: str, text: str | None, folder: bool = False) -> Path | Non
     if not existing.is_dir():
         raise ConfigError(f"{flag}={text}: cannot create the folder {parent}: {existing} is a "
                           "file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag}={text}: the folder {existing} is not writable")
-    if not folder and p.exists() and not os.access(p, os.W_OK):
-        raise ConfigError(f"{flag}={text}: the file is not writable")
+    _try_writing(flag, text, p, parent, folder)
     return p
+
+
+def _try_writing(flag: str, text: str, p: Path, parent: Path, folder: bool) -> None:
+    """Create the folder and a scratch file in it (or open the file for appending): the
+    permission bits say nothing to root, nor of a read-only mount or /proc."""
+    import tempfile
+
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        if not folder and p.exists():
+            with p.open("a", encoding="utf-8"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=parent, prefix=".specbound-check-"):
+                pass
+    except OSError as exc:
+        what = "the file" if not folder and p.exists() else f"the folder {parent}"
+        raise ConfigError(f"{flag}={text}: cannot write {what}: "
+                          f"{exc.strerror or type(exc).__name__}") from None
 
 
 def _merged(opt: Option, cli: Mapping[str, Any], env: Mapping[str, str],

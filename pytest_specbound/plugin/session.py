@@ -177,12 +177,13 @@ class SpecboundSession:
             item.user_properties.append((f"specbound_{key}", value))
         return result
 
-    def _writer(self) -> tuple[Callable[[str, bool], None], bool] | None:
-        """write(text, rewrite) to the terminal with capture suspended, and whether it is a TTY.
+    def _writer(self, least: int = 0) -> tuple[Callable[[str, bool], None], bool] | None:
+        """write(text, rewrite) to the terminal with capture suspended, and whether it is a TTY;
+        None below verbosity ``least``.
 
         Under xdist a worker's terminal output is not shown, so workers write to stderr.
         """
-        if self.config.get_verbosity() < 0:
+        if self.config.get_verbosity() < least:
             return None
         if not self.controller:
             import sys
@@ -207,7 +208,9 @@ class SpecboundSession:
         return write, bool(getattr(reporter, "isatty", False))
 
     def _say(self, line: str) -> None:
-        writer = self._writer()
+        """A line the user waits on (a server not answering, a lock held, a twin measured):
+        shown under ``-q`` too, hidden by ``-qq``."""
+        writer = self._writer(least=-1)
         if writer is not None:
             writer[0](f"specbound: {line}", False)
 

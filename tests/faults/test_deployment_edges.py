@@ -257,6 +257,15 @@ def test_an_output_path_that_cannot_be_written_is_refused_at_start(tmp_path, opt
     with pytest.raises(ConfigError, match=r"is a folder; name a file in it"):
         resolve({option: str(tmp_path)}, {}, lambda name: None)
     assert resolve({option: str(tmp_path / "new" / "r.json")}, {}, lambda name: None)
+    assert (tmp_path / "new").is_dir() and not list((tmp_path / "new").iterdir())  # tried, left
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
+def test_a_path_no_one_can_create_is_refused_even_as_root():
+    """Under /proc the permission bits let root write; creating a file there fails."""
+    with pytest.raises(ConfigError, match=r"^--specbound-json=/proc/specbound/r\.json: cannot "
+                                          r"write the folder /proc/specbound: "):
+        resolve({"specbound_json": "/proc/specbound/r.json"}, {}, lambda name: None)
 
 
 def test_a_run_with_an_unwritable_results_path_measures_nothing(pytester, monkeypatch):
@@ -274,6 +283,27 @@ def test_a_run_with_an_unwritable_results_path_measures_nothing(pytester, monkey
     err = result.stderr.str()
     assert "--specbound-json=blocker/r.json: cannot create the folder blocker" in err
     assert "Traceback" not in err + result.stdout.str()
+
+
+def test_under_q_the_waiting_lines_of_an_attached_server_still_show(pytester, monkeypatch):
+    """An attached server that refuses connections is waited for up to ready_timeout_s: the
+    user sees why under -q (before, minutes of silence); -qq hides the lines."""
+    import socket
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makeini(PYTESTER_INI)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (pytester.path / "budgets").mkdir()
+    (pytester.path / "budgets" / "b.toml").write_text(BUDGET.replace(
+        'url = "http://127.0.0.1:9"', f'url = "http://127.0.0.1:{port}"\nready_timeout_s = 2'))
+    quiet = pytester.runpytest_subprocess("--specbound-hw=h100", "-q", "budgets")
+    out = quiet.stdout.str()
+    assert f"specbound: waiting for the server at http://127.0.0.1:{port}" in out, out
+    assert "s left of ready_timeout_s=2" in out and "server not ready after 2 s" in out
+    quieter = pytester.runpytest_subprocess("--specbound-hw=h100", "-qq", "budgets")
+    assert "specbound: waiting for the server" not in quieter.stdout.str()
 
 
 # 7. the last line names the failure ----------------------------------------------------------------
