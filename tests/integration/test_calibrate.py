@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -69,6 +70,13 @@ def test_calibrate_proposes_per_level(pytester, launch_llama, gguf_models):
     assert "proposed in [classes.coding.c4]: accept = [" in proc.stderr and "{" not in proc.stderr
     assert "+[classes.coding.c4]" in proc.stdout  # the new table is part of the diff
     coding = load_budget(path).classes["coding"]
+    # each level's band holds what that level measured (the synthetic 2.5 is nominal: this
+    # server realized 2.25-2.45 at one stream, so a band around it need not hold 2.5)
+    measured = {int(level): float(accept) for level, accept in re.findall(
+        r"coding at concurrency (\d+): measured accept ([0-9.]+)", proc.stderr)}
+    assert set(measured) == {1, 4}, proc.stderr
     four = coding.at(4)
-    assert four.accept[0] < 2.5 < four.accept[1] and 0 < four.limits.get("min_efficiency") < 0.99
-    assert coding.at(1).accept[0] < 2.5 < coding.at(1).accept[1]
+    assert four.accept[0] < measured[4] < four.accept[1], (four.accept, measured)
+    assert 0 < four.limits.get("min_efficiency") < 0.99
+    assert coding.at(1).accept[0] < measured[1] < coding.at(1).accept[1], measured
+    assert 2.0 < measured[1] < 3.0 and 2.0 < measured[4] < 3.0, measured  # near the synthetic
