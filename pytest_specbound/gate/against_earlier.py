@@ -24,7 +24,7 @@ from pytest_specbound.measure.speedup import (
 )
 from pytest_specbound.measure.stats import Interval
 from pytest_specbound.physics.roofline import Roofline
-from pytest_specbound.serving.records import RequestRecord, ServerInfo
+from pytest_specbound.serving.records import ServerInfo
 
 MISSING = ("note: no baseline for this class and level (a new class, or one the baseline run "
            "did not finish): not compared")
@@ -40,16 +40,12 @@ class Reference:
 
     @property
     def decode(self) -> Sample:
-        return Sample(tuple(q.decode_tokens / q.decode_s for q in self._timed()))
+        return Sample(tuple(q.decode_tokens / q.decode_s for q in self.result.timed))
 
     @property
     def accept(self) -> Sample | None:
-        values = [q.decode_tokens / q.verify_steps for q in self._timed() if q.verify_steps]
+        values = [q.decode_tokens / q.verify_steps for q in self.result.timed if q.verify_steps]
         return Sample(tuple(values)) if len(values) >= 2 else None
-
-    def _timed(self) -> list[RequestRecord]:
-        skip = self.result.transient
-        return [q for q in list(self.result.requests)[skip:] if q.ok and q.decode_s > 0]
 
     @property
     def label(self) -> str:

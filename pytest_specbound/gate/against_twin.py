@@ -28,7 +28,7 @@ KEY = "min_speedup"
 def twin_sample(twin: ClassResult) -> Sample:
     """The twin's result as the sample the speculative class is compared with: its timed
     requests' decode rates and round times (one token per round), its roofline's round."""
-    timed = [q for q in list(twin.requests)[twin.transient:] if q.ok and q.decode_s > 0]
+    timed = twin.timed
     roof = twin.roofline
     round_ms = roof.round_ms if roof else 0.0
     return Sample(tuple(q.decode_tokens / q.decode_s for q in timed),

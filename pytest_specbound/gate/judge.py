@@ -6,7 +6,7 @@ server's settings and GPU telemetry explain. Nothing changes a verdict after :fu
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 from pytest_specbound.gate.class_budget import ClassBudget
@@ -66,9 +66,7 @@ def judge(cls: ClassBudget, m: Measurement, roof: Roofline, decisions: Decisions
     verdict = explained(compose(cls, m, f, found, how.resolution), how.findings,
                         cls.require_no_throttle)
     beaten = how.beaten(verdict.efficiency) if how.beaten and final else None
-    return Verdict(verdict.status, (*verdict.lines, beaten), verdict.reasons, verdict.diagnosis,
-                   verdict.roofline_tok_s, verdict.floor_tok_s, verdict.efficiency,
-                   verdict.round_ms) if beaten else verdict
+    return replace(verdict, lines=(*verdict.lines, beaten)) if beaten else verdict
 
 
 def evaluate(cls: ClassBudget, m: Measurement, f: Figures, decisions: Decisions | None,
@@ -90,8 +88,7 @@ def evaluate(cls: ClassBudget, m: Measurement, f: Figures, decisions: Decisions 
         if e is not None:
             found.append(e)
             if spec.band and e.side == Side.BAD:
-                c = Context(c.limits, m, f, decisions, c.tpot_percentile, False,
-                            prefill_unknown, c.level, final, c.command)
+                c = replace(c, accept_in_band=False)
     found += [e for e in (comparison.evaluate(c) for comparison in how.comparisons)
               if e is not None]
     return found

@@ -208,6 +208,12 @@ class ClassResult:
         """``HARDWARE`` or ``HARDWARE-cN``: the id inside the brackets of the test item."""
         return f"{self.hardware}-c{self.concurrency}" if self.level_ids else self.hardware
 
+    @property
+    def timed(self) -> list[RequestRecord]:
+        """The counted requests that succeeded and were timed, after the warm-up transient
+        (what :attr:`Measurement.timed` gives of the measurement this result holds)."""
+        return [q for q in list(self.requests)[self.transient:] if q.ok and q.decode_s > 0]
+
     def with_measurement(self, m: Measurement) -> ClassResult:
         """This result with ``m``'s figures (a running result shows the requests so far)."""
         return replace(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from pytest_specbound.gate.class_budget import ClassBudget
 from pytest_specbound.gate.comparison import Comparison
+from pytest_specbound.gate.evaluate import Decisions
 from pytest_specbound.gate.judge import decided
 from pytest_specbound.gate.thresholds import BY_TEST, own_limits
 from pytest_specbound.measure.measurement import Measurement, Stop
@@ -27,8 +28,6 @@ from pytest_specbound.measure.speedup import precise_enough, spec_rates
 from pytest_specbound.measure.stats import bounds
 from pytest_specbound.physics.roofline import Roofline
 from pytest_specbound.values import DEFAULT_RESOLUTION
-
-Decisions = Mapping[Threshold, Decision]
 
 
 def limits(cls: ClassBudget, comparisons: Sequence[Comparison] = ()) -> list[Limit]:

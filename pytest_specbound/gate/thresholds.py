@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pytest_specbound.gate.evaluate import Context, Decisions, Evaluation, band_text, side_of
+from pytest_specbound.gate.evaluate import Context, Evaluation, band_text, side_of
 from pytest_specbound.gate.verdict import Reason
 from pytest_specbound.measure.measurement import Measurement, Ttft
 from pytest_specbound.measure.proportion import (
@@ -164,13 +164,6 @@ def _share(met: list[bool]) -> float:
     return sum(met) / len(met) if met else 0.0
 
 
-def _point_share(threshold: Threshold, share: float, p0: float,
-                 decisions: Decisions | None) -> tuple[Side, tuple[str, ...]]:
-    if decisions is None:
-        return (Side.BAD if share < p0 else Side.OK), ()
-    return side_of(threshold, share, p0, decisions)
-
-
 def max_tpot(c: Context) -> Evaluation:
     """``max_tpot_ms`` at ``tpot_percentile``: a share of requests within the limit."""
     q, limit = c.tpot_percentile, c.limits["max_tpot_ms"]
@@ -189,7 +182,7 @@ def min_goodput(c: Context) -> Evaluation:
     """``min_goodput``: the share of requests meeting every SLO the class sets."""
     p0 = c.limits["min_goodput"]
     share = _share(_met(c.limits, c.m))
-    side, evidence = _point_share(Threshold.GOODPUT, share, p0, c.decisions)
+    side, evidence = side_of(Threshold.GOODPUT, share, p0, c.decisions)
     return Evaluation(side, "system", "goodput_below_min" if side == Side.BAD else None,
                       (f"goodput {share:.1%} < min_goodput {p0:g} (the share of requests meeting "
                        "every SLO)",) if side == Side.BAD else (),

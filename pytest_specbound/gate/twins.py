@@ -36,6 +36,9 @@ class Twins:
         """Measure every wanted base not yet measured in this run, grouped by twin server (each
         launched once, stopped before the next one and before any speculative server starts).
         Under pytest-xdist one worker measures them and the others read its results."""
+        wanted = list(wanted)
+        if not wanted:  # nothing to measure or read: no lock to take
+            return
         with self.store.held():
             plans: list[tuple[TwinKey, ClassPlan]] = []
             for budget, name, level in wanted:
@@ -85,9 +88,6 @@ class Twins:
             say(f"{plan.what} without speculation: {base.decode_tok_s:.1f} tok/s per user over "
                 f"{base.n} requests ({measured.command})")
         return result
-
-    def has(self, budget: Budget, name: str, level: int) -> bool:
-        return (str(budget.path), name, level) in self._found
 
     def get(self, budget: Budget, name: str, level: int) -> ClassResult:
         """The twin's result of one class at one level; a ServerError saying why when there is

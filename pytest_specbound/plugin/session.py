@@ -72,6 +72,7 @@ class SpecboundSession:
         self._old_sigterm: Any = None
         self.wanted: list[Wanted] = []  # the budget items this session runs (plugin/collect.py)
         self._gate: GateRun | None = None
+        self._prepared = False  # every collected class planned (retried if it raised)
 
     # -- session resources ---------------------------------------------------------------
     @property
@@ -149,7 +150,9 @@ class SpecboundSession:
         hooks = Hooks(progress.update if progress else None, partial,
                       progress.waiting if progress else self._say)
         try:
-            self.gate.prepare(self.wanted)
+            if not self._prepared:
+                self.gate.prepare(self.wanted)
+                self._prepared = True
             result = self.gate.run(budget, cls_name, concurrency, hooks)
         except KeyboardInterrupt:
             raise  # the partial entry stays in the running results and is written as such

@@ -55,7 +55,7 @@ def _figure(r: ClassResult | None, name: str) -> float | None:
 
 
 def _values(r: ClassResult, accept: bool) -> list[float]:
-    timed = [q for q in list(r.requests)[r.transient:] if q.ok and q.decode_s > 0]
+    timed = r.timed
     if accept:
         return [q.decode_tokens / q.verify_steps for q in timed if q.verify_steps]
     return [q.decode_tokens / q.decode_s for q in timed]
