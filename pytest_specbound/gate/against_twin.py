@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pytest_specbound.gate.class_budget import ClassBudget
+from pytest_specbound.gate.drift import Drift, impossible_cost, pooled
 from pytest_specbound.gate.evaluate import Context, Evaluation, Limits, band_text, side_of
 from pytest_specbound.gate.result import ClassResult
+from pytest_specbound.gate.verdict import Reason
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.sequential import Decision, Limit, Side, Threshold
@@ -43,14 +45,27 @@ def asks_speedup(cls: ClassBudget) -> bool:
 
 @dataclass(frozen=True)
 class AgainstTwin:
-    """Speculation against none, at the same level on the same prompts."""
+    """Speculation against none, at the same level on the same prompts. ``rechecked``: the
+    twin was measured again after the class (its blocks pooled in ``sample``), with ``drift``
+    the move between them."""
 
     sample: Sample
     precise: bool = True
+    rechecked: bool = False
+    drift: Drift | None = None
 
     @classmethod
     def of(cls, twin: ClassResult) -> AgainstTwin:
         return cls(twin_sample(twin))
+
+    def after(self, again: ClassResult, level: float) -> AgainstTwin:
+        """This comparison once the twin was measured again after the class: both blocks
+        pooled, the drift between them measured."""
+        later = twin_sample(again)
+        if not later.rates:
+            return self
+        return replace(self, sample=pooled(self.sample, later), rechecked=True,
+                       drift=Drift.between(self.sample, later, level))
 
     def limits(self, limits: Limits) -> list[Limit]:
         value = limits.get(KEY)
@@ -61,25 +76,29 @@ class AgainstTwin:
         return speedup_decision(spec_rates(m), self.sample, t.value, alpha, resolution, min_n)
 
     def evaluate(self, c: Context) -> Evaluation | None:
-        """``min_speedup``: decode with speculation over without, at this level."""
+        """``min_speedup``: decode with speculation over without, at this level; the drift the
+        twin's check saw, named whatever the verdict."""
         limit = c.limits.get(KEY)
         s = speedup(spec_rates(c.m), self.sample, c.level)
+        notes = (self.drift.line(),) if self.drift is not None and self.drift.seen else ()
+        codes: tuple[Reason, ...] = ("drift",) if notes else ()
         if limit is None or s is None:
-            return None
+            return Evaluation(Side.OK, "speculation", notes=notes, codes=codes) if notes else None
         f = c.f
         side, evidence = side_of(Threshold.SPEEDUP, s.estimate, limit, c.decisions)
         shown = f"{s.estimate:.2f}x [{s.low:.2f}, {s.high:.2f}]"
         if side == Side.UNSURE:
             return Evaluation(Side.UNSURE, "speculation", pending=f"speedup {shown} vs min "
-                              f"{limit:g}x", evidence=evidence)
+                              f"{limit:g}x", evidence=evidence, notes=notes, codes=codes)
         if side == Side.OK:
-            return Evaluation(Side.OK, "speculation", evidence=evidence)
+            return Evaluation(Side.OK, "speculation", evidence=evidence, notes=notes, codes=codes)
         band = c.limits.get("accept")
         in_band = (f"; accept {f.accept:.2f} in its band {band_text(band)}"
                    if band is not None and c.accept_in_band else f"; accept {f.accept:.2f}")
         return Evaluation(Side.BAD, "speculation", "speedup_below_min",
                           (f"speculation does not pay at c{f.concurrency}: {shown} < {KEY} "
-                           f"{limit:g}x{in_band}",), evidence=evidence)
+                           f"{limit:g}x{in_band}",), evidence=evidence, notes=notes,
+                          codes=codes)
 
     def annotate(self, result: ClassResult, roof: Roofline, m: Measurement,
                  level: float) -> ClassResult:
@@ -90,8 +109,12 @@ class AgainstTwin:
         physics = (level_roofline(m, roof).round_ms if m.timed else roof.round_ms) \
             - forwards * roof.draft_step_ms
         cost = draft_step_cost(spec_rounds_ms(m), physics, self.sample, forwards, level)
+        base = {**self.sample.to_json(), "rechecked": self.rechecked,
+                "drift": self.drift.to_json() if self.drift else None}
+        why = impossible_cost(cost, self.drift, self.rechecked) if cost else None
         return replace(result, speedup=round(s.estimate, 4) if s else None,
                        speedup_bounds=(round(s.low, 4), round(s.high, 4)) if s else None,
-                       base=self.sample.to_json(),
+                       base=base,
                        draft_step_ms={**cost.to_json(), "floor_round_ms": round(physics, 4),
-                                      "concurrency": result.concurrency} if cost else None)
+                                      "concurrency": result.concurrency,
+                                      **({"why": why} if why else {})} if cost else None)

@@ -61,17 +61,23 @@ def setting_findings(hw: Hardware, served: Served) -> list[tuple[str, str]]:
     return []
 
 
-def beaten_cpu_ceiling(roof_hw: Hardware, efficiency: float | None) -> str | None:
-    """A server measured faster than this host's CPU roofline: a probe read slow (on a shared
-    host, a neighbour's load when it was cached). The host's cached probes are dropped so the
-    next run measures them again; the sentence says so. None on a GPU, under the ceiling, or
-    with the bandwidth set by ``SPECBOUND_CPU_BANDWIDTH_GBS``."""
-    if roof_hw.name != "cpu" or efficiency is None or efficiency <= 1.0 \
-            or "SPECBOUND_CPU_BANDWIDTH_GBS" in roof_hw.source:
+def above_roofline(roof_hw: Hardware, efficiency: float | None) -> str | None:
+    """Why a server measured faster than its roofline is not physics, and what was likely
+    measured; None under the ceiling. On this host's CPU a probe read slow (on a shared host, a
+    neighbour's load when it was cached): its cached probes are dropped so the next run
+    measures them again, and the sentence says so."""
+    if efficiency is None or efficiency <= 1.0:
         return None
-    from pytest_specbound.physics.cpu_probe import forget_probes
+    if roof_hw.name == "cpu" and "SPECBOUND_CPU_BANDWIDTH_GBS" not in roof_hw.source:
+        from pytest_specbound.physics.cpu_probe import forget_probes
 
-    again = "they are measured again next run" if forget_probes() else \
-        "they were measured in this run (the host's speed moved while it ran)"
-    return (f"note: the server ran above this host's roofline (efficiency {efficiency:.2f}): "
-            f"a CPU probe read slow; {again}")
+        again = "they are measured again next run" if forget_probes() else \
+            "they were measured in this run (the host's speed moved while it ran)"
+        return (f"note: the server ran above this host's roofline (efficiency "
+                f"{efficiency:.2f}): a CPU probe read slow; {again}")
+    return (f"note: the server ran above its roofline (efficiency {efficiency:.2f}), which "
+            "physics does not allow: the floor is set too high. Likely the hardware's "
+            f"bandwidth ({roof_hw.bandwidth_gbs:g} GB/s per device, {roof_hw.source}) is below "
+            "what it delivered, the model's bytes per round are fewer than the roofline reads "
+            "(the weights' dtype, experts left unread), or not every token was decoded (a "
+            "prefix cache answered, an accept count too high)")

@@ -66,7 +66,8 @@ def judge(cls: ClassBudget, m: Measurement, roof: Roofline, decisions: Decisions
     verdict = explained(compose(cls, m, f, found, how.resolution), how.findings,
                         cls.require_no_throttle)
     beaten = how.beaten(verdict.efficiency) if how.beaten and final else None
-    return replace(verdict, lines=(*verdict.lines, beaten)) if beaten else verdict
+    return replace(verdict, lines=(*verdict.lines, beaten),
+                   reasons=(*verdict.reasons, "above_roofline")) if beaten else verdict
 
 
 def evaluate(cls: ClassBudget, m: Measurement, f: Figures, decisions: Decisions | None,

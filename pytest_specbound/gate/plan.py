@@ -72,6 +72,10 @@ class ClassPlan:
             rule = replace(rule, precision=-math.log(1 - rule.resolution) / 2)
         return replace(self, comparisons=(*self.comparisons, *comparisons), rule=rule)
 
+    def with_comparisons(self, comparisons: tuple[Comparison, ...]) -> ClassPlan:
+        """This plan with its comparisons replaced (one measured again, say)."""
+        return replace(self, comparisons=comparisons)
+
     @property
     def what(self) -> str:
         return f"{self.budget.path.name}::{self.cls.name} at concurrency {self.concurrency}"

@@ -13,10 +13,11 @@ from pytest_specbound.gate.against_twin import AgainstTwin
 from pytest_specbound.gate.baseline import BaselineRuns
 from pytest_specbound.gate.budget import Budget
 from pytest_specbound.gate.comparison import Comparison
+from pytest_specbound.gate.drift import DEFAULT_RECHECK
 from pytest_specbound.gate.plan import ClassPlan, plan_class, wants_twin
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult
-from pytest_specbound.gate.runner import Hooks, run_class
+from pytest_specbound.gate.runner import Hooks, judge_class, measure_class, run_class
 from pytest_specbound.gate.settings import Settings
 from pytest_specbound.gate.twins import Twins
 from pytest_specbound.physics.hardware import Hardware
@@ -82,8 +83,25 @@ class GateRun:
 
     def run(self, budget: Budget, name: str, level: int,
             hooks: Hooks | None = None) -> ClassResult:
-        """Measure and judge one class at one level, as planned."""
-        return run_class(self.plan(budget, name, level), self.pool, hooks or Hooks())
+        """Measure and judge one class at one level, as planned; where the class is compared
+        with its twin and the drift check is on, the twin is measured again between the two."""
+        hooks = hooks or Hooks()
+        plan = self.plan(budget, name, level)
+        requests = self._recheck(budget, plan)
+        if not requests:
+            return run_class(plan, self.pool, hooks)
+        measured = measure_class(plan, self.pool, hooks)
+        again = self.twins.recheck(budget, name, level, requests, self._beside(budget))
+        if isinstance(again, SpecboundError):  # said, and judged against the first block only
+            if self.say:
+                self.say(f"{plan.what}: the drift check could not run: {again}")
+            return judge_class(plan, measured, hooks.say)
+        level_of = measured.look.level or plan.rule.confidence
+        plan = plan.with_comparisons(tuple(
+            c.after(again, level_of) if isinstance(c, AgainstTwin) else c
+            for c in plan.comparisons))
+        look = plan.new_rule().look(measured.look.measurement)
+        return judge_class(plan, replace(measured, look=look), hooks.say)
 
     @property
     def twins(self) -> Twins:
@@ -105,6 +123,22 @@ class GateRun:
     def _plan(self, budget: Budget, name: str, level: int) -> ClassPlan:
         cls = replace(budget.classes[name], concurrency=levels_of(self.settings, budget, name))
         return plan_class(budget, cls, self.hw, self.settings, level)
+
+    def _recheck(self, budget: Budget, plan: ClassPlan) -> int:
+        """Requests of the twin to measure again after the class: ``[no_speculation] recheck``,
+        else the default where its server can run beside the speculative one (no relaunch)."""
+        if not any(isinstance(c, AgainstTwin) for c in plan.comparisons):
+            return 0
+        given = budget.no_speculation.recheck if budget.no_speculation else None
+        if given is not None:
+            return given
+        return DEFAULT_RECHECK if self._beside(budget) else 0
+
+    def _beside(self, budget: Budget) -> bool:
+        """Whether the twin's server may run beside the speculative one: attached by url, or
+        on the CPU (on a GPU, two launched servers may not fit in its memory)."""
+        twin = budget.no_speculation
+        return bool(twin and twin.url) or self.hw.name == "cpu"
 
     def _comparisons(self, budget: Budget, name: str, plan: ClassPlan) -> list[Comparison]:
         found: list[Comparison] = []

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pytest_specbound.errors import ServerError
 from pytest_specbound.gate.budget import Budget
 from pytest_specbound.gate.class_budget import ClassBudget
-from pytest_specbound.gate.crosscheck import beaten_cpu_ceiling, mismatches, setting_findings
+from pytest_specbound.gate.crosscheck import above_roofline, mismatches, setting_findings
 from pytest_specbound.gate.judge import Judging, judge
 from pytest_specbound.gate.measure_lock import exclusive_measurement
 from pytest_specbound.gate.plan import ClassPlan
@@ -195,7 +195,7 @@ def judge_class(plan: ClassPlan, measured: Measured,
     said: list[str] = []
 
     def beaten(efficiency: float | None) -> str | None:
-        line = beaten_cpu_ceiling(plan.roof.hardware, efficiency)
+        line = above_roofline(plan.roof.hardware, efficiency)
         if line:
             said.append(line)
         return line

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pytest_specbound._toml import TomlTable
 from pytest_specbound.gate.where import Where
 
-TWIN_KEYS = {"launch", "url", "ready_timeout_s"}
+TWIN_KEYS = {"launch", "url", "ready_timeout_s", "recheck"}
+MAX_RECHECK = 64
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,8 @@ class NoSpeculation:
     url: str | None = None
     ready_timeout_s: float | None = None
     origin: str = ""  # where the table is, for errors
+    # requests of the twin measured again after each class (the drift check); None: the default
+    recheck: int | None = None
 
 
 
@@ -36,5 +39,10 @@ def parse_twin(w: Where, data: TomlTable) -> NoSpeculation | None:
 
         split_url(url, w.name("no_speculation", "url"))
     timeout = w.number("no_speculation", t, "ready_timeout_s", low=1)
+    recheck = w.number("no_speculation", t, "recheck", integer=True, low=0, high=MAX_RECHECK)
+    if recheck == 1:
+        raise w.error("no_speculation", "recheck", "give 0 (no drift check) or 2 to "
+                      f"{MAX_RECHECK} requests: one request has no spread to test against")
     return NoSpeculation(launch, url, None if timeout is None else float(timeout),
-                         w.name("no_speculation", "url" if url else "launch" if launch else ""))
+                         w.name("no_speculation", "url" if url else "launch" if launch else ""),
+                         recheck)

@@ -5,7 +5,7 @@ measured once per run (under pytest-xdist, by the first worker that needs it).""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pytest_specbound.errors import ServerError, SpecboundError
 from pytest_specbound.gate.against_twin import twin_sample
@@ -69,9 +69,30 @@ class Twins:
             self.store.save(key, self._found[key])
         self.pool.stop_launched()
 
-    def _measure(self, plan: ClassPlan) -> ClassResult | SpecboundError:
+    def recheck(self, budget: Budget, name: str, level: int, requests: int,
+                beside: bool) -> ClassResult | SpecboundError:
+        """The twin measured again after its class, ``requests`` of it (the drift check).
+        ``beside``: its server may run beside the speculative one (attached, or on the CPU);
+        otherwise the launched servers stop first, and the next class launches its own again."""
+        try:
+            plan = plan_twin(budget, budget.classes[name], self.hw, self.settings, level)
+        except SpecboundError as exc:
+            return exc
+        plan = replace(plan, rule=replace(plan.rule, min_samples=requests, max_samples=requests,
+                                          precision=None))
+        if not beside:
+            self.pool.stop_launched()
+        found = self._measure(plan, again=True)
+        if not beside:
+            self.pool.stop_launched()
+        return found
+
+    def _measure(self, plan: ClassPlan, again: bool = False) -> ClassResult | SpecboundError:
         say = self.say
-        if say:
+        if say and again:
+            say(f"measuring {plan.what} without speculation again (the drift check, "
+                f"{plan.rule.max_samples} requests)")
+        elif say:
             say(f"measuring {plan.what} without speculation"
                 + (f": {plan.server.launch}" if plan.server.launch else f" at {plan.server.url}"))
         try:

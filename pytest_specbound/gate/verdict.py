@@ -19,7 +19,7 @@ Reason = Literal[
     "accept_estimated", "clock_disagreement", "server_clock_used", "untimed_retried",
     "stream_chunked",
     "server_restarted", "speedup_below_min", "regressed", "improved", "baseline_differs",
-    "baseline_missing", "tpot_above_max", "goodput_below_min",
+    "baseline_missing", "tpot_above_max", "goodput_below_min", "drift", "above_roofline",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 

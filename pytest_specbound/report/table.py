@@ -93,6 +93,10 @@ def speedup_lines(results: Sequence[ClassResult]) -> list[str]:
             line += f"; {crossing}"
         if costs:
             line += f"; engine cost per draft forward above the roofline: {', '.join(costs)}"
+        drifts = [f"c{r.concurrency} {_drift(r.base)}" for r in rs if _drift(r.base)]
+        if drifts:
+            line += ("; the twin's rate moved between its blocks before and after the class "
+                     f"(drift, not speculation): {', '.join(drifts)}")
         out.append(line)
     return out
 
@@ -134,11 +138,23 @@ def _change(c: object) -> str:
     return f"{v:+.1%} [{lo:+.1%}, {hi:+.1%}]"
 
 
+def _drift(base: Mapping[str, object] | None) -> str | None:
+    """The twin's move between its two blocks, where the drift check saw one."""
+    d = base.get("drift") if base else None
+    if not isinstance(d, Mapping) or not d.get("seen"):
+        return None
+    change, low, high = (d.get(k) for k in ("change", "low", "high"))
+    if not all(isinstance(v, (int, float)) for v in (change, low, high)):
+        return None
+    return f"{change:+.1%} [{low:+.1%}, {high:+.1%}]"
+
+
 def _draft_cost(cost: Mapping[str, object]) -> str:
     ms, low, high = (cost.get(k) for k in ("ms", "low", "high"))
     if not all(isinstance(v, (int, float)) for v in (ms, low, high)):
         return "-"
-    return f"{ms:.2f} ms [{low:.2f}, {high:.2f}]"
+    why = cost.get("why")
+    return f"{ms:.2f} ms [{low:.2f}, {high:.2f}]" + (f" ({why})" if why else "")
 
 
 def crossover(rs: Sequence[ClassResult]) -> str | None:

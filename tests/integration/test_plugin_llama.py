@@ -122,6 +122,10 @@ def test_cpu_demo_budget_main_command(pytester):
         low, high = r["speedup_bounds"]
         assert low <= r["speedup"] <= high and r["base"]["n"] >= 4, r["base"]
         assert "-md" not in r["base"]["command"] and "--spec-" not in r["base"]["command"]
+        # measured again after its class (the drift check), and a cost below zero says why
+        assert r["base"]["rechecked"] and r["base"]["drift"]["after"] >= 2, r["base"]
+        cost = r["draft_step_ms"]
+        assert cost["ms"] >= 0 or "not physics" in cost.get("why", ""), cost
     assert "cpu-demo.toml::coding without speculation: c1 " in out
     (line,) = [x for x in out.splitlines() if "at batch 4" in x]
     assert "other requests' prefill per round, measured: " in line, line

@@ -66,7 +66,8 @@ CLASS = {"prompts": ('"coding"', lambda c: c.prompts == "coding"),
 TWIN = {"launch": ('"plain --port {port}"', lambda t: t.launch == "plain --port {port}"),
         "url": ('"http://127.0.0.1:9"', lambda t: t.url == "http://127.0.0.1:9"
                 and t.origin.endswith(":12: no_speculation.url")),
-        "ready_timeout_s": ("45", lambda t: t.ready_timeout_s == 45)}
+        "ready_timeout_s": ("45", lambda t: t.ready_timeout_s == 45),
+        "recheck": ("0", lambda t: t.recheck == 0)}
 ROOFLINE = {"context": ("0", lambda b: b.context == 0),
             "overhead_ms": ("0", lambda b: b.overhead_ms == 0),
             "draft_step_ms": ("0.4", lambda b: b.draft_step_ms == 0.4),
@@ -106,6 +107,9 @@ def test_an_empty_no_speculation_table_asks_for_the_derived_twin(tmp_path):
 @pytest.mark.parametrize(("body", "needle"), [
     ('launch = "a"\nurl = "http://h:1"', r"no_speculation\.url: give launch or url, not both"),
     ("ready_timeout_s = 0", r"no_speculation\.ready_timeout_s"),
+    ("recheck = 1", r"no_speculation\.recheck: give 0 \(no drift check\) or 2 to 64"),
+    ("recheck = 65", r"no_speculation\.recheck: 65 is outside \[0, 64\]"),
+    ("recheck = 2.5", r"no_speculation\.recheck: must be an integer"),
     ("bogus = 1", r"no_speculation\.bogus: unknown key"),
     ('url = "ftp://h"', r"no_speculation\.url=ftp://h"),
 ])

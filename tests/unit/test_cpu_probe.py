@@ -161,10 +161,11 @@ def test_a_cache_from_before_the_contention_check_is_measured_again(tmp_path, mo
 
 def test_a_beaten_cpu_ceiling_drops_the_cached_probes(tmp_path, monkeypatch):
     """A server measured above the CPU roofline proves a probe read slow (cached while a shared
-    host ran slower): the note says so and the next run measures every probe again."""
+    host ran slower): the note says so and the next run measures every probe again. Above a
+    catalog GPU's or a given bandwidth's roofline, the note says why that is not physics."""
     from dataclasses import replace
 
-    from pytest_specbound.gate.crosscheck import beaten_cpu_ceiling
+    from pytest_specbound.gate.crosscheck import above_roofline as beaten_cpu_ceiling
 
     monkeypatch.setattr(cpu_probe, "CACHE", tmp_path / "cpu.json")
     monkeypatch.setattr(cpu_probe, "RETRY_PAUSE_S", 0.0)
@@ -175,14 +176,16 @@ def test_a_beaten_cpu_ceiling_drops_the_cached_probes(tmp_path, monkeypatch):
     gbs, source = cpu_probe.read_bandwidth(1, 3e6)
     host = replace(cpu(), bandwidth_gbs=gbs, source=source)
     assert beaten_cpu_ceiling(host, 0.97) is None  # under the ceiling: nothing to say
-    assert beaten_cpu_ceiling(replace(host, name="h100-sxm"), 1.2) is None  # a catalog GPU
+    gpu = beaten_cpu_ceiling(replace(host, name="h100-sxm", bandwidth_gbs=3350.0), 1.2)
+    assert gpu and "efficiency 1.20" in gpu and "not allow" in gpu and "3350 GB/s" in gpu
     assert cpu_probe.read_bandwidth(1, 3e6)[0] == 20.0  # still cached
     note = beaten_cpu_ceiling(host, 1.04)
     assert note and "efficiency 1.04" in note and "measured again next run" in note
     assert cpu_probe.read_bandwidth(1, 3e6)[0] == 30.0  # measured again
     assert rates == []
     override = replace(host, source="SPECBOUND_CPU_BANDWIDTH_GBS")
-    assert beaten_cpu_ceiling(override, 1.5) is None  # the user's figure, not a probe's
+    given = beaten_cpu_ceiling(override, 1.5)  # the user's figure, not a probe's
+    assert given and "probe" not in given and "SPECBOUND_CPU_BANDWIDTH_GBS" in given
     cpu_probe.forget_probes()
     note = beaten_cpu_ceiling(host, 1.04)  # nothing cached: the probes ran in this very run
     assert note and "measured in this run" in note
