@@ -1,6 +1,7 @@
 """Every class that is compared with speculation off, measured on its twin server first: one
-twin server at a time, each launched once, none while a speculative server runs, and each base
-measured once per run (under pytest-xdist, by the first worker that needs it)."""
+twin server at a time, each launched once, none while a speculative server runs on a GPU (on
+the CPU they stay up for the drift check), and each base measured once per run (under
+pytest-xdist, by the first worker that needs it)."""
 
 from __future__ import annotations
 
@@ -58,16 +59,22 @@ class Twins:
                 self._measure_grouped(plans)
 
     def _measure_grouped(self, plans: list[tuple[TwinKey, ClassPlan]]) -> None:
+        """On a GPU each twin server stops before the next starts, and the last before any
+        speculative one (two may not fit in its memory); on the CPU they stay up, beside the
+        speculative servers, for the drift check after each class (no relaunch)."""
         plans.sort(key=lambda kp: kp[1].server.key())  # stable: the run's order within a server
-        self.pool.stop_launched()
+        one_at_a_time = self.hw.name != "cpu"
+        if one_at_a_time:
+            self.pool.stop_launched()
         current = None
         for key, plan in plans:
-            if current is not None and plan.server.key() != current:
+            if one_at_a_time and current is not None and plan.server.key() != current:
                 self.pool.stop_launched()
             current = plan.server.key()
             self._found[key] = self._measure(plan)
             self.store.save(key, self._found[key])
-        self.pool.stop_launched()
+        if one_at_a_time:
+            self.pool.stop_launched()
 
     def recheck(self, budget: Budget, name: str, level: int, requests: int,
                 beside: bool) -> ClassResult | SpecboundError:
@@ -78,8 +85,11 @@ class Twins:
             plan = plan_twin(budget, budget.classes[name], self.hw, self.settings, level)
         except SpecboundError as exc:
             return exc
+        # one stream's server is warm from its first block: no warm-up request; several streams
+        # keep theirs (they stagger the streams into the steady state the class measured)
         plan = replace(plan, rule=replace(plan.rule, min_samples=requests, max_samples=requests,
-                                          precision=None))
+                                          precision=None),
+                       warmup=plan.warmup if level > 1 else 0)
         if not beside:
             self.pool.stop_launched()
         found = self._measure(plan, again=True)
