@@ -169,3 +169,20 @@ def test_the_roofline_takes_the_servers_kernels_at_each_levels_verify(tmp_path, 
     assert four.prefill_ms_per_token == pytest.approx(1e3 / 400.0, rel=1e-6)
     assert "prefill: llama-bench" in four.hardware.source
     json.dumps(four.to_dict())  # the breakdown stays JSON-ready
+
+
+def test_more_tokens_never_run_slower_per_token_than_fewer(tmp_path, cache):
+    """The 16-token probe read slower per token than the 4-token one cached before it (two
+    probes at two moments of a shared host): the larger forward's rate is raised to it, and
+    says so, so the roofline at 4 streams is never above 4 times the one at 1 from noise."""
+    bench = fake_bench(tmp_path / "bin", [340.0], busy_s=0.3)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    ident = f"{kernel_probe._identity(gguf)}:{kernel_probe._identity(bench)}"
+    kernel_probe.save_cache({f"kernel:1:4:{ident}": 400.0, f"kernel:2:2:{ident}": 900.0})
+    rate, source = kernel_probe.kernel_tokens_per_s(bench, gguf, 1, 16)
+    assert rate == 400.0 and "raised to the 4-token forward's rate (400 tokens/s; this probe " \
+        "read 340)" in source
+    assert kernel_probe.kernel_tokens_per_s(bench, gguf, 1, 4)[0] == 400.0  # fewer: its own
+    assert kernel_probe.at_least_fewer(500.0, 16, {4: 400.0}, "s") == (500.0, "s")
+    assert kernel_probe.at_least_fewer(300.0, 16, {}, "s") == (300.0, "s")
