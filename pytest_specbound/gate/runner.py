@@ -145,9 +145,23 @@ def measure_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> 
     death = server.death("while it was measured")  # its requests failed: say why, by signal
     if death:
         raise ServerError(death)
+    m = with_log_cause(m, server)
     # the final look: the whole measurement, its transient excluded
     return Measured(rule.look(m), served, backend, telemetry, started,
                     launched_command(server, plan.server) if server.owned else server.url)
+
+
+def with_log_cause(m: Measurement, server: Server) -> Measurement:
+    """A launched server's failed requests with the last error its log shows (a bare HTTP 500
+    says only that something failed inside)."""
+    if not m.failures or not server.owned:
+        return m
+    cause = server.log_cause()
+    if not cause:
+        return m
+    said = f"; the server's log ({server.log_path}) ends on: {cause}"
+    return replace(m, records=tuple(replace(r, error=r.error + said) if r.error else r
+                                    for r in m.records))
 
 
 def checked_server(plan: ClassPlan, server: Server, backend: Backend) -> tuple[ServerInfo, Served]:
@@ -205,7 +219,7 @@ def judge_class(plan: ClassPlan, measured: Measured,
                                 served.slots, served.sources.get("slots", "")),
                   plan.rule.resolution, backend.cached_tokens_setting, level,
                   [*setting_findings(plan.hw, served), *findings(measured.telemetry)], beaten,
-                  measured.command)
+                  measured.command, drafter_classes(plan))
     verdict = judge(plan.cls, look.measurement, plan.roof, look.decisions, how=how)
     for line in said:
         if say:
@@ -217,6 +231,12 @@ def judge_class(plan: ClassPlan, measured: Measured,
     for comparison in plan.comparisons:
         result = comparison.annotate(result, plan.roof, look.measurement, level)
     return result
+
+
+def drafter_classes(plan: ClassPlan) -> tuple[str, ...]:
+    """The budget's classes that judge the drafter's accept band (unpinned, with a band)."""
+    return tuple(name for name, c in plan.budget.classes.items()
+                 if c.pin_accept is None and c.accept is not None)
 
 
 def run_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> ClassResult:
@@ -245,7 +265,7 @@ def base_result(plan: ClassPlan) -> ClassResult:
         concurrency=plan.concurrency, level_ids=cls.level_ids, sampling=cls.sampling.given(),
         tpot_percentile=cls.tpot_percentile if "max_tpot_ms" in cls.limits else None,
         output_lengths=cls.output_lengths.to_json() if cls.output_lengths
-        else {"max_tokens": cls.max_tokens})
+        else {"max_tokens": cls.max_tokens}, pin_accept=cls.pin_accept)
 
 
 def running_result(base: ClassResult, look: Look, plan: ClassPlan,

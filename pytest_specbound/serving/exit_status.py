@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Sequence
 
@@ -76,3 +77,28 @@ def describe_exit(code: int, argv: Sequence[str] | str | None, when: str) -> str
         if fix:
             text += f"; {fix}"
     return text
+
+
+# a Python exception or a C++ error line, after a log prefix such as vLLM's
+# "(Worker pid=1) ERROR 12-06 12:51:53 [file.py:1063] "
+_CAUSE = re.compile(r"((?:[A-Z][A-Za-z]*(?:Error|Exception)|RuntimeError|error): \S.*)$")
+_PREFIX = re.compile(r"^(?:\([^)]*\)\s*)?(?:[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d\s+\[[^]]*\]\s*)?")
+
+
+# an error that only points at another (vLLM's API server: "EngineDeadError: EngineCore
+# encountered an issue. See stack trace (above) for the root cause.")
+_DEFERS = re.compile(r"see (?:the )?stack trace|see above|for the root cause", re.IGNORECASE)
+
+
+def root_cause(log_text: str, lines: int = 400) -> str | None:
+    """The last exception or error line in a server log's tail (its own prefix stripped) that
+    does not only point at another: what a request that failed with a bare HTTP 500 ran into."""
+    pointer = None
+    for line in reversed(log_text.splitlines()[-lines:]):
+        found = _CAUSE.search(_PREFIX.sub("", line.strip()))
+        if not found:
+            continue
+        if not _DEFERS.search(found.group(1)):
+            return found.group(1)[:300]
+        pointer = pointer or found.group(1)[:300]
+    return pointer

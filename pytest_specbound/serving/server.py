@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specbound.errors import PortTaken, RequestError, ServerError
-from pytest_specbound.serving.exit_status import describe_exit
+from pytest_specbound.serving.exit_status import describe_exit, root_cause
 from pytest_specbound.serving.transport import ApiKey, Endpoint, TLSFailed
 
 DEFAULT_HOST = "127.0.0.1"
@@ -247,6 +247,17 @@ class Server:
                             f"server started (it exited with code {code}); log {self.log_path}: "
                             f"{self._tail() or '(empty)'}")
         raise ServerError(death)
+
+    def log_cause(self) -> str | None:
+        """The last exception or error line of a server we launched, from its log."""
+        if self.log_path is None:
+            return None
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        cause = root_cause(text)
+        return redact(cause, self.endpoint.api_key) if cause else None
 
     def death(self, when: str) -> str | None:
         """How a server we launched ended, in one line with its log's tail; None while it runs

@@ -228,9 +228,28 @@ def test_request_failures_are_an_error_not_a_low_number(pytester_env):
         result = run_gate(pytester_env, srv.url)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = result.stdout.str()
-    assert "ERROR" in out and "HTTP 500" in out and "CUDA out of memory" in out
+    assert "ERROR" in out and "HTTP 500" in out and "EngineCore encountered an issue" in out
     doc = json.loads((pytester_env.path / "out/results.json").read_text())
     assert doc["results"][0]["verdict"] == "error"
+
+
+def test_a_launched_servers_500_names_the_error_its_log_ends_on(pytester_env):
+    """A bare HTTP 500 ("see stack trace above") from a server the plugin launched: the error
+    names the last exception in the server's log, and where the log is."""
+    from tests.plugin.conftest import PY, ROOT, budget_text
+
+    launch = (f"{PY} -m tests.servers.fake --family vllm --fault http500 --port {{port}}")
+    (pytester_env.path / "budgets").mkdir()
+    (pytester_env.path / "budgets" / "b.toml").write_text(
+        budget_text(launch=launch).replace("[server]", f'[server]\ncwd = "{ROOT}"'))
+    result = pytester_env.runpytest_subprocess("--specbound-hw=h100", "budgets",
+                                               "--specbound-json=r.json", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    (r,) = json.loads((pytester_env.path / "r.json").read_text())["results"]
+    assert r["verdict"] == "error"
+    (line,) = [t for t in r["text"] if "requests failed" in t]
+    assert "HTTP 500" in line and "the server's log (" in line, line
+    assert line.endswith("ends on: RuntimeError: CUDA error: out of memory"), line
 
 
 def test_step_summary_markdown(pytester_env, fake_vllm, monkeypatch):

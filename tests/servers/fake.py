@@ -9,6 +9,7 @@ Fault modes (``fault=...``) make it misbehave the ways real servers do.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -346,8 +347,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if self._gateway_fault():
             return
-        if self.s.fault == "http500":
-            self._json({"error": {"message": "CUDA out of memory", "code": 500}}, 500)
+        if self.s.fault == "http500":  # the cause in the server's log, as vLLM's engine core
+            print("(EngineCore pid=1) ERROR 12-06 12:51:53 [core.py:1512] RuntimeError: CUDA "
+                  "error: out of memory", file=sys.stderr, flush=True)
+            self._json({"error": {"message": "EngineCore encountered an issue. See stack trace "
+                                  "(above) for the root cause.", "code": 500}}, 500)
             return
         if self.s.fault == "http400":  # a careless server that echoes the credentials back
             auth = self.headers.get("Authorization", "")

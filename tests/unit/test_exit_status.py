@@ -32,3 +32,28 @@ def test_each_end_reads_as_one_line_with_its_cause():
     assert "CMAKE_ARGS" in describe_exit(-4, ["/x/llama-server"], "while starting")
     assert describe_exit(3, ["vllm"], "while starting") == "vllm exited with code 3 while starting"
     assert "\n" not in describe_exit(-11, "sh -c 'llama-server'", "while starting")
+
+
+W = "(Worker pid=21050) ERROR 12-06 12:51:53 [multiproc_executor.py:1063] "
+VLLM_LOG = "\n".join((
+    "(APIServer pid=21026) INFO 12-06 12:51:26 [api_utils.py:286] non-default args: {}",
+    W + "Traceback (most recent call last):",
+    W + '    assert not SYNTHETIC_MODE, "Synthetic acceptance not supported with CPU sampling"',
+    W + "AssertionError: Synthetic acceptance not supported with CPU sampling",
+    "(EngineCore pid=21038) ERROR 12-06 12:51:53 [dump_input.py:81] Dumping scheduler stats",
+    "(APIServer pid=21026) ERROR 12-06 12:51:53 [serving.py:1] vllm.v1.engine.exceptions."
+    "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.",
+    'INFO:     127.0.0.1:46090 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error',
+))
+
+
+def test_the_root_cause_of_a_bare_http_500_is_read_from_the_log():
+    from pytest_specbound.serving.exit_status import root_cause
+
+    assert root_cause(VLLM_LOG) == "AssertionError: Synthetic acceptance not supported with CPU sampling"
+    assert root_cause("srv  load_model: loading\nerror: failed to allocate KV cache\nmain: ok") \
+        == "error: failed to allocate KV cache"
+    assert root_cause("INFO all good\nINFO still good\n") is None
+    only = "ERROR x EngineDeadError: EngineCore encountered an issue. See stack trace (above)"
+    assert root_cause(only) == "EngineDeadError: EngineCore encountered an issue. See stack " \
+        "trace (above)"  # nothing better: the pointer itself
