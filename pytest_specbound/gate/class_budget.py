@@ -18,7 +18,7 @@ from pytest_specbound.serving.backends.base import SAMPLING_KEYS, Sampling
 from pytest_specbound.values import ValueProblem, levels
 
 CLASS_KEYS = {"prompts", "max_tokens", "samples", "warmup", "concurrency", "require_no_throttle",
-              "resolution", "tpot_percentile", "category", *KEYS, *SAMPLING_KEYS}
+              "resolution", "tpot_percentile", "category", "pin_accept", *KEYS, *SAMPLING_KEYS}
 LEVEL_KEYS = {"samples", "warmup", "resolution", "tpot_percentile", *KEYS, *SAMPLING_KEYS}
 LEVEL_TABLE = re.compile(r"^c([1-9][0-9]*)$")  # [classes.NAME.c4]: thresholds at concurrency 4
 
@@ -47,6 +47,9 @@ class ClassBudget:
     min_p: float | None = None
     seed: int | None = None
     output_lengths: OutputLengths | None = None  # max_tokens as a distribution
+    # the engine's synthetic acceptance at this accept length: the system judged without the
+    # drafter's noise (serving/pinning.py); the drafter's band belongs to an unpinned class
+    pin_accept: float | None = None
 
     @property
     def sampling(self) -> Sampling:
@@ -76,7 +79,7 @@ class ClassBudget:
     def without_limits(self) -> ClassBudget:
         """The class measured, not judged (a twin): no thresholds, at any level."""
         levels = {k: {n: v for n, v in t.items() if n not in KEYS} for k, t in self.levels.items()}
-        return replace(self, limits={}, levels=levels)
+        return replace(self, limits={}, levels=levels, pin_accept=None)
 
     def at(self, level: int) -> ClassBudget:
         """The class as judged at concurrency ``level``: its ``[classes.NAME.cLEVEL]`` values
@@ -119,7 +122,17 @@ def parse_class(w: Where, table_name: str, t: Any, label: str | None = None) -> 
         category=_category(w, table, t, prompts),
         **_percentile(w, table, t),
         **_sampling(w, table, t),
+        pin_accept=_pin(w, table, t),
     )
+
+
+def _pin(w: Where, table: str, t: TomlTable) -> float | None:
+    """``pin_accept = 3.0``: at least 1 (the bonus token); a class with it has no accept band."""
+    pin = w.number(table, t, "pin_accept", low=1)
+    if pin is not None and "accept" in t:
+        raise w.error(table, "accept", "a class with pin_accept measures the system at a fixed "
+                      "accept length: the drafter's band belongs on a class without it")
+    return None if pin is None else float(pin)
 
 
 def _prompts(w: Where, table: str, t: TomlTable, name: str) -> str:

@@ -12,6 +12,7 @@ from typing import cast
 from pytest_specbound.gate.class_budget import ClassBudget
 from pytest_specbound.gate.comparison import Comparison
 from pytest_specbound.gate.evaluate import Context, Decisions, Evaluation, Figures, figures
+from pytest_specbound.gate.pinned import pin_check
 from pytest_specbound.gate.thresholds import set_in
 from pytest_specbound.gate.verdict import (
     Diagnosis,
@@ -34,7 +35,9 @@ class Judging:
     ``resolution``: named in an undecided threshold's evidence; ``cached_tokens``: the server
     flag that lets a level's floor count others' prefill; ``level``: the intervals' confidence;
     ``findings``: the server's settings and GPU telemetry, kind and text; ``beaten``: the note
-    when the efficiency beats a CPU ceiling; ``command``: the server measured)."""
+    when the efficiency beats a CPU ceiling; ``command``: the server measured;
+    ``drafter_classes``: the budget's classes that judge the drafter's band, for a pinned
+    class's note)."""
 
     comparisons: Sequence[Comparison] = ()
     batching: str | None = None
@@ -44,6 +47,7 @@ class Judging:
     findings: Sequence[tuple[str, str]] = ()
     beaten: Callable[[float | None], str | None] | None = None
     command: str | None = None
+    drafter_classes: tuple[str, ...] = ()
 
 
 def judge(cls: ClassBudget, m: Measurement, roof: Roofline, decisions: Decisions | None = None,
@@ -90,6 +94,8 @@ def evaluate(cls: ClassBudget, m: Measurement, f: Figures, decisions: Decisions 
             found.append(e)
             if spec.band and e.side == Side.BAD:
                 c = replace(c, accept_in_band=False)
+    if cls.pin_accept is not None:
+        found.append(pin_check(c, cls.pin_accept, how.drafter_classes))
     found += [e for e in (comparison.evaluate(c) for comparison in how.comparisons)
               if e is not None]
     return found

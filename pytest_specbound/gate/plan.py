@@ -106,8 +106,14 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
         prompts = with_lengths(prompts, cls.output_lengths,
                                rule.max_samples + concurrency * (warmup + 1),
                                class_seed(f"{budget.path.name}::{cls.name}"))
-    return ClassPlan(budget, cls, hw, roof, server_config(budget, settings), values, concurrency,
-                     rule, prompts, warmup, settings.max_seconds)
+    server = server_config(budget, settings)
+    if cls.pin_accept is not None:
+        from pytest_specbound.serving.pinning import pinned
+
+        server = pinned(server, cls.pin_accept, budget.speculation.steps,
+                        budget.origin(f"classes.{cls.name}.pin_accept"))
+    return ClassPlan(budget, cls, hw, roof, server, values, concurrency, rule, prompts, warmup,
+                     settings.max_seconds)
 
 
 def needs_demo(budget: Budget) -> bool:

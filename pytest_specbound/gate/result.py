@@ -169,6 +169,7 @@ class ClassResult:
     goodput: float | None = None  # the share of requests meeting every SLO the class sets
     tpot_percentile: float | None = None
     baseline: JSONObject | None = None  # the comparison with the last accepted run
+    pin_accept: float | None = None  # the accept length the engine was pinned at
 
     def __getitem__(self, key: str) -> object:
         """The results-JSON view: ``result["decode_tok_s"]`` reads what the results file says
@@ -266,7 +267,7 @@ class ClassResult:
             "tpot_ms": {"median": self.tpot_ms.median, "p90": self.tpot_ms.p90,
                         "p99": self.tpot_ms.p99},
             "goodput": self.goodput, "tpot_percentile": self.tpot_percentile,
-            "baseline": self.baseline,
+            "baseline": self.baseline, "pin_accept": self.pin_accept,
         }
 
     @classmethod
@@ -331,7 +332,7 @@ class ClassResult:
             output_lengths=dict(_object(d, "output_lengths")),
             tpot_ms=Ttft(*(_float(_object(d, "tpot_ms"), k) for k in ("median", "p90", "p99"))),
             goodput=_float(d, "goodput"), tpot_percentile=_float(d, "tpot_percentile"),
-            baseline=_object(d, "baseline") or None,
+            baseline=_object(d, "baseline") or None, pin_accept=_float(d, "pin_accept"),
         )
 
 

