@@ -58,14 +58,14 @@ class AgainstTwin:
     def of(cls, twin: ClassResult) -> AgainstTwin:
         return cls(twin_sample(twin))
 
-    def after(self, again: ClassResult, level: float) -> AgainstTwin:
+    def after(self, again: ClassResult, level: float, notable: float = 0.0) -> AgainstTwin:
         """This comparison once the twin was measured again after the class: both blocks
-        pooled, the drift between them measured."""
+        pooled, the drift between them measured (named from ``notable``, a relative move)."""
         later = twin_sample(again)
         if not later.rates:
             return self
         return replace(self, sample=pooled(self.sample, later), rechecked=True,
-                       drift=Drift.between(self.sample, later, level))
+                       drift=Drift.between(self.sample, later, level, notable))
 
     def limits(self, limits: Limits) -> list[Limit]:
         value = limits.get(KEY)

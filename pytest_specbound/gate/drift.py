@@ -5,6 +5,7 @@ pooled so the class is compared with both ends of its own minutes."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pytest_specbound.measure.speedup import DraftCost, Sample, speedup
@@ -20,16 +21,20 @@ class Drift:
     ratio: Interval
     before: int  # requests in each block
     after: int
+    notable: float = 0.0  # the least relative move worth naming (half the class's resolution)
 
     @classmethod
-    def between(cls, before: Sample, after: Sample, level: float) -> Drift | None:
+    def between(cls, before: Sample, after: Sample, level: float,
+                notable: float = 0.0) -> Drift | None:
         ratio = speedup(after.rates, before, level)
-        return cls(ratio, before.n, after.n) if ratio else None
+        return cls(ratio, before.n, after.n, notable) if ratio else None
 
     @property
     def seen(self) -> bool:
-        """Whether the interval excludes no change: the rate moved."""
-        return self.ratio.low > 1 or self.ratio.high < 1
+        """Whether the rate moved: the interval excludes no change, by at least ``notable``
+        (a steady server's requests can be so alike that a 1% move is significant)."""
+        moved = self.ratio.low > 1 or self.ratio.high < 1
+        return moved and abs(math.log(self.ratio.estimate)) >= self.notable
 
     def text(self) -> str:
         r = self.ratio

@@ -98,7 +98,8 @@ class GateRun:
             return judge_class(plan, measured, hooks.say)
         level_of = measured.look.level or plan.rule.confidence
         plan = plan.with_comparisons(tuple(
-            c.after(again, level_of) if isinstance(c, AgainstTwin) else c
+            c.after(again, level_of, plan.rule.resolution / 2) if isinstance(c, AgainstTwin)
+            else c
             for c in plan.comparisons))
         look = plan.new_rule().look(measured.look.measurement)
         return judge_class(plan, replace(measured, look=look), hooks.say)

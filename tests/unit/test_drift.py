@@ -50,3 +50,12 @@ def test_a_cost_below_zero_says_why_and_a_possible_one_says_nothing():
         impossible_cost(negative, moved, True))
     assert "within the class's minutes" in str(impossible_cost(negative, steady, True))
     assert "no check after it" in str(impossible_cost(negative, None, False))
+
+
+def test_a_significant_move_under_half_the_resolution_is_not_named():
+    """Requests so alike that a 1.5% move is significant: below the notable move (half a 5%
+    resolution) it is measured and kept, not named."""
+    before, after = sample(100.0, spread=0.001), sample(98.5, spread=0.001)
+    assert Drift.between(before, after, 0.9).seen  # significant
+    quiet = Drift.between(before, after, 0.9, notable=0.025)
+    assert quiet is not None and not quiet.seen and quiet.to_json()["seen"] is False
