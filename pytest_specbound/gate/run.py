@@ -139,7 +139,7 @@ class GateRun:
         """Whether the twin's server may run beside the speculative one: attached by url, or
         on the CPU (on a GPU, two launched servers may not fit in its memory)."""
         twin = budget.no_speculation
-        return bool(twin and twin.url) or self.hw.name == "cpu"
+        return bool(twin and twin.url) or self.twins.servers_fit_together
 
     def _comparisons(self, budget: Budget, name: str, plan: ClassPlan) -> list[Comparison]:
         found: list[Comparison] = []

@@ -63,7 +63,7 @@ class Twins:
         speculative one (two may not fit in its memory); on the CPU they stay up, beside the
         speculative servers, for the drift check after each class (no relaunch)."""
         plans.sort(key=lambda kp: kp[1].server.key())  # stable: the run's order within a server
-        one_at_a_time = self.hw.name != "cpu"
+        one_at_a_time = not self.servers_fit_together
         if one_at_a_time:
             self.pool.stop_launched()
         current = None
@@ -75,6 +75,12 @@ class Twins:
             self.store.save(key, self._found[key])
         if one_at_a_time:
             self.pool.stop_launched()
+
+    @property
+    def servers_fit_together(self) -> bool:
+        """Whether launched servers may run side by side: on the CPU (memory is not the GPU's),
+        not on a GPU."""
+        return self.hw.name == "cpu"
 
     def recheck(self, budget: Budget, name: str, level: int, requests: int,
                 beside: bool) -> ClassResult | SpecboundError:
