@@ -22,7 +22,7 @@ TomlTable = dict[str, Any]
 
 
 # longest first: a UTF-32 LE mark begins with the UTF-16 LE one
-_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
          (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
          (codecs.BOM_UTF16_BE, "utf-16"))
 
@@ -30,7 +30,7 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
 def decode_text(raw: bytes, origin: str) -> str:
     """A file a person edited, as text: UTF-8 with or without the byte-order mark some editors
     write, or UTF-16/32 with one; anything else is a one-line error naming ``origin``."""
-    codec = next((name for bom, name in _BOMS if raw.startswith(bom)), "utf-8")
+    codec = next((name for bom, name in BOMS if raw.startswith(bom)), "utf-8")
     try:
         return raw.decode(codec)
     except UnicodeDecodeError as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_specbound._toml import TomlTable
 from pytest_specbound.gate.thresholds import KEYS, SPECS, Spec
@@ -17,8 +17,12 @@ from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
 from pytest_specbound.serving.backends.base import SAMPLING_KEYS, Sampling
 from pytest_specbound.values import ValueProblem, levels
 
+if TYPE_CHECKING:
+    from pytest_specbound.measure.random_prompts import RandomPrompts
+
 CLASS_KEYS = {"prompts", "max_tokens", "samples", "warmup", "concurrency", "require_no_throttle",
-              "resolution", "tpot_percentile", "category", "pin_accept", *KEYS, *SAMPLING_KEYS}
+              "resolution", "tpot_percentile", "category", "pin_accept", "turns", *KEYS,
+              *SAMPLING_KEYS}
 LEVEL_KEYS = {"samples", "warmup", "resolution", "tpot_percentile", *KEYS, *SAMPLING_KEYS}
 LEVEL_TABLE = re.compile(r"^c([1-9][0-9]*)$")  # [classes.NAME.c4]: thresholds at concurrency 4
 
@@ -50,6 +54,17 @@ class ClassBudget:
     # the engine's synthetic acceptance at this accept length: the system judged without the
     # drafter's noise (serving/pinning.py); the drafter's band belongs to an unpinned class
     pin_accept: float | None = None
+    # a conversation's human turns a request uses: "first" (the peers' default for ShareGPT),
+    # "replay" (all: the earlier ones replayed unmeasured) or a count; None: the format's own
+    turns: str | int | None = None
+    output_given: bool = False  # max_tokens set by the class (over a conversation's reply)
+
+    @property
+    def random(self) -> RandomPrompts | None:
+        """Random prompts of a set length, where the class asks for them."""
+        from pytest_specbound.measure.random_prompts import PREFIX, RandomPrompts
+
+        return RandomPrompts.parse(self.prompts) if self.prompts.startswith(PREFIX) else None
 
     @property
     def sampling(self) -> Sampling:
@@ -123,7 +138,26 @@ def parse_class(w: Where, table_name: str, t: Any, label: str | None = None) -> 
         **_percentile(w, table, t),
         **_sampling(w, table, t),
         pin_accept=_pin(w, table, t),
+        turns=_turns(w, table, t, prompts),
+        output_given="max_tokens" in t,
     )
+
+
+def _turns(w: Where, table: str, t: TomlTable, prompts: str) -> str | int | None:
+    """``turns = "first" | "replay" | N``: for a prompt file's conversations and questions."""
+    from pytest_specbound.measure.conversations import Turns
+
+    if "turns" not in t:
+        return None
+    value = t["turns"]
+    try:
+        Turns.parse(value)
+    except ValueError as exc:
+        raise w.error(table, "turns", str(exc)) from None
+    if prompts in BUILTIN or prompts.startswith("random:"):
+        raise w.error(table, "turns", "applies to a prompt file's conversations: set "
+                      "prompts = \"PATH\"")
+    return value if isinstance(value, (str, int)) else None
 
 
 def _pin(w: Where, table: str, t: TomlTable) -> float | None:
@@ -136,13 +170,28 @@ def _pin(w: Where, table: str, t: TomlTable) -> float | None:
 
 
 def _prompts(w: Where, table: str, t: TomlTable, name: str) -> str:
-    """The class's prompt set: built in, a file beside the budget, or a hub dataset."""
+    """The class's prompt set: built in, a file beside the budget, a hub dataset, or random
+    prompts of a set length (``{random = {input = N, output = N, ...}}``, kept as its label)."""
+    from pytest_specbound.measure.random_prompts import PREFIX, RandomProblem, RandomPrompts
+
+    value = t.get("prompts")
+    if isinstance(value, dict) or (isinstance(value, str) and value.startswith(PREFIX)):
+        try:
+            if isinstance(value, str):
+                return RandomPrompts.parse(value).label()
+            if set(value) != {"random"} or not isinstance(value["random"], dict):
+                raise RandomProblem("a table of prompts is {random = {input = N, output = N, "
+                                    "range = R, prefix = N, seed = N}}")
+            return RandomPrompts.from_table(value["random"]).label()
+        except RandomProblem as exc:
+            raise w.error(table, "prompts", str(exc)) from None
     prompts = w.string(table, t, "prompts") or name
     if prompts not in BUILTIN and not prompts.endswith((".jsonl", ".json")) \
             and not is_hub(prompts):
         raise w.error(table, "prompts", f"unknown prompt set '{prompts}'; valid: "
                       f"{', '.join(BUILTIN)}, a .jsonl / .json file (plain prompts, "
-                      "MT-bench questions, ShareGPT conversations) or hf:DATASET[:CONFIG][@SPLIT]")
+                      "MT-bench questions, ShareGPT conversations), hf:DATASET[:CONFIG][@SPLIT] "
+                      "or {random = {input = N, output = N}}")
     if prompts.endswith((".jsonl", ".json")) and not is_hub(prompts):
         resolved = (w.path.parent / prompts)
         if not resolved.is_file():
@@ -192,6 +241,13 @@ def _max_tokens(w: Where, table: str, t: TomlTable, prompts: str) -> TomlTable:
     """``max_tokens = 256``, or a distribution table ``{mean = 256, stdev = 96}`` (each request
     its own draw; the mean stands for the class where one number is needed)."""
     value = t.get("max_tokens")
+    if prompts.startswith("random:"):
+        from pytest_specbound.measure.random_prompts import RandomPrompts
+
+        if value is not None:
+            raise w.error(table, "max_tokens", "random prompts draw their own output lengths: "
+                          "set output (and range) in prompts = {random = {...}}")
+        return {"max_tokens": RandomPrompts.parse(prompts).output}
     if isinstance(value, dict):
         try:
             lengths = OutputLengths.from_table(value)

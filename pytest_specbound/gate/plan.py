@@ -19,8 +19,8 @@ from pytest_specbound.gate.rule import SequentialRule, resolution_of
 from pytest_specbound.gate.settings import Settings
 from pytest_specbound.gate.twin_table import NoSpeculation
 from pytest_specbound.measure.lengths import class_seed, with_lengths
-from pytest_specbound.measure.prompt_sets import select
-from pytest_specbound.measure.prompts import load_prompts
+from pytest_specbound.measure.prompt_sets import PromptSet, select
+from pytest_specbound.measure.prompts import load_set
 from pytest_specbound.physics.hardware import Hardware, matched_to_server, server_threads
 from pytest_specbound.physics.models import Model, load_model
 from pytest_specbound.physics.overheads import overhead_for
@@ -58,6 +58,7 @@ class ClassPlan:
     warmup: int
     max_seconds: float | None
     comparisons: tuple[Comparison, ...] = ()  # the twin's, the last accepted run's
+    workload: PromptSet | None = None  # how the prompt set was read (skips, turns)
 
     def new_rule(self) -> SequentialRule:
         p = self.rule
@@ -92,7 +93,10 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
 
         values.update(demo_models())
     cls = cls.at(concurrency)
-    roof = roofline_for(budget, hw, values, concurrency if cls.level_ids else None)
+    random = cls.random
+    # random prompts: the KV read follows the asked lengths
+    sized = replace(budget, context=random.mean_context) if random is not None else budget
+    roof = roofline_for(sized, hw, values, concurrency if cls.level_ids else None)
     resolution = resolution_of(cls, settings.resolution)
     # asked for: a baseline for later runs, to a quarter of the resolution, so that its own
     # interval leaves the two-sample test room
@@ -100,9 +104,12 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
     rule = RuleParameters(settings.confidence, settings.min_samples,
                           cls.samples or settings.samples, resolution, precise)
     origin = budget.origin(f"classes.{cls.name}.prompts")
-    prompts = tuple(select(load_prompts(cls.prompts, origin), cls.category, origin))
+    workload = None if random is not None else load_set(
+        cls.prompts, origin, cls.turns, cls.max_tokens if cls.output_given else None)
+    # random prompts are built at the server, by its tokenizer (gate/random_workload.py)
+    prompts = tuple(select(workload.prompts, cls.category, origin)) if workload else ()
     warmup = cls.warmup if cls.warmup is not None else settings.warmup
-    if cls.output_lengths is not None:  # the same draws in every run of this class
+    if cls.output_lengths is not None and prompts:  # the same draws in every run of the class
         prompts = with_lengths(prompts, cls.output_lengths,
                                rule.max_samples + concurrency * (warmup + 1),
                                class_seed(f"{budget.path.name}::{cls.name}"))
@@ -113,7 +120,8 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
         server = pinned(server, cls.pin_accept, budget.speculation.steps,
                         budget.origin(f"classes.{cls.name}.pin_accept"))
     return ClassPlan(budget, cls, hw, roof, server, values, concurrency, rule, prompts, warmup,
-                     settings.max_seconds)
+                     settings.max_seconds,
+                     workload=replace(workload, prompts=prompts) if workload else None)
 
 
 def needs_demo(budget: Budget) -> bool:

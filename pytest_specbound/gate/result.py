@@ -170,6 +170,7 @@ class ClassResult:
     tpot_percentile: float | None = None
     baseline: JSONObject | None = None  # the comparison with the last accepted run
     pin_accept: float | None = None  # the accept length the engine was pinned at
+    workload: Mapping[str, Any] | None = None  # how the prompt set was read (PromptSet)
 
     def __getitem__(self, key: str) -> object:
         """The results-JSON view: ``result["decode_tok_s"]`` reads what the results file says
@@ -268,6 +269,7 @@ class ClassResult:
                         "p99": self.tpot_ms.p99},
             "goodput": self.goodput, "tpot_percentile": self.tpot_percentile,
             "baseline": self.baseline, "pin_accept": self.pin_accept,
+            "workload": dict(self.workload) if self.workload else None,
         }
 
     @classmethod
@@ -333,6 +335,7 @@ class ClassResult:
             tpot_ms=Ttft(*(_float(_object(d, "tpot_ms"), k) for k in ("median", "p90", "p99"))),
             goodput=_float(d, "goodput"), tpot_percentile=_float(d, "tpot_percentile"),
             baseline=_object(d, "baseline") or None, pin_accept=_float(d, "pin_accept"),
+            workload=_object(d, "workload") or None,
         )
 
 

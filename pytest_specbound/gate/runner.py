@@ -21,6 +21,7 @@ from pytest_specbound.gate.verdict import Verdict, batching_hint
 from pytest_specbound.measure.load import measure_at
 from pytest_specbound.measure.measurement import Measurement, Stop, Ttft
 from pytest_specbound.measure.prefill import level_roofline
+from pytest_specbound.measure.random_prompts import Built
 from pytest_specbound.measure.sampler import Sampler, Stopping, Workload
 from pytest_specbound.measure.telemetry import Telemetry, findings
 from pytest_specbound.physics.hardware import Hardware
@@ -94,6 +95,7 @@ class Measured:
     telemetry: JSONObject | None
     started: float  # wall clock when the class began
     command: str | None = None  # the server measured: its launch command, or its URL
+    workload: JSONObject | None = None  # how its prompts were made (workload_of)
 
 
 Progress = Callable[[Measurement], None]
@@ -134,7 +136,8 @@ def measure_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> 
         with exclusive_measurement(measurement_identity(plan.server),
                                    f"{plan.what} ({worker_label()})", say):
             info, served = checked_server(plan, server, backend)
-            base = replace(base, served=served.to_json())
+            workload = workload_of(plan, backend, server, info)
+            base = replace(base, served=served.to_json(), workload=workload)
             m, telemetry = sample(plan, server, backend, info, rule, progress,
                                   served.speculative)
     except KeyboardInterrupt:  # before sampling began (lock, info, warm-up): say so too
@@ -148,7 +151,8 @@ def measure_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> 
     m = with_log_cause(m, server)
     # the final look: the whole measurement, its transient excluded
     return Measured(rule.look(m), served, backend, telemetry, started,
-                    launched_command(server, plan.server) if server.owned else server.url)
+                    launched_command(server, plan.server) if server.owned else server.url,
+                    workload)
 
 
 def with_log_cause(m: Measurement, server: Server) -> Measurement:
@@ -186,11 +190,14 @@ def sample(plan: ClassPlan, server: Server, backend: Backend, info: ServerInfo,
     drafting nothing then verified one token per step)."""
     sampler = Sampler(server.endpoint, backend, plan.server.model_id, plan.roof.max_accept,
                       sampling=plan.cls.sampling, drafting=drafting)
+    prompts = plan.prompts
+    if plan.cls.random is not None:
+        prompts = random_built(plan, backend, server, info).prompts
     tele = gpu_telemetry(plan.hw, server)
     telemetry: JSONObject | None = None
     try:
         m = measure_at(sampler, plan.concurrency,
-                       Workload(plan.prompts, plan.cls.max_tokens, plan.warmup),
+                       Workload(prompts, plan.cls.max_tokens, plan.warmup),
                        Stopping(rule, plan.max_seconds), progress, info)
     finally:
         telemetry = tele.stop() if tele else None
@@ -198,6 +205,33 @@ def sample(plan: ClassPlan, server: Server, backend: Backend, info: ServerInfo,
             telemetry = {"note": "no GPU telemetry: nvidia-ml-py is not installed "
                                  "(pip install 'pytest-specbound[gpu]')"}
     return m, telemetry
+
+
+def random_built(plan: ClassPlan, backend: Backend, server: Server, info: ServerInfo) -> Built:
+    """The random-prompt class's prompts, built with this server's tokenizer (kept)."""
+    from pytest_specbound.gate.random_workload import random_prompts
+
+    spec = plan.cls.random
+    assert spec is not None
+    count = plan.rule.max_samples + plan.concurrency * (plan.warmup + 1)
+    model_key = info.model_path or (info.models[0] if info.models else server.endpoint.base_url)
+    return random_prompts(spec, count, backend.name, server.endpoint, plan.server.model_id,
+                          model_key)
+
+
+def workload_of(plan: ClassPlan, backend: Backend, server: Server, info: ServerInfo
+                ) -> dict[str, object] | None:
+    """How the class's prompts were made, for its result (:class:`PromptSet`'s, or the random
+    prompts' lengths and how the server counted them)."""
+    if plan.cls.random is None:
+        return plan.workload.to_json() if plan.workload else None
+    spec, built = plan.cls.random, random_built(plan, backend, server, info)
+    return {"random": {"input": spec.input, "output": spec.output, "range": spec.range,
+                       "prefix": spec.prefix, "seed": spec.seed},
+            "prompts": len(built.prompts), "tokenizer": built.source, "exact": built.exact,
+            "input_tokens_worst_miss": round(built.worst_miss, 4),
+            "asked_input_tokens": list(built.asked), "counted_input_tokens": list(built.counted),
+            "notes": [spec.describe(), built.note()]}
 
 
 def judge_class(plan: ClassPlan, measured: Measured,
@@ -226,6 +260,8 @@ def judge_class(plan: ClassPlan, measured: Measured,
             say(line)
     base = replace(base_result(plan), served=served.to_json(), telemetry=measured.telemetry,
                    command=measured.command)
+    if measured.workload is not None:
+        base = replace(base, workload=measured.workload)
     result = replace(running_result(base, look, plan, measured.started),
                      verdict=verdict, partial=False)
     for comparison in plan.comparisons:
@@ -265,7 +301,8 @@ def base_result(plan: ClassPlan) -> ClassResult:
         concurrency=plan.concurrency, level_ids=cls.level_ids, sampling=cls.sampling.given(),
         tpot_percentile=cls.tpot_percentile if "max_tpot_ms" in cls.limits else None,
         output_lengths=cls.output_lengths.to_json() if cls.output_lengths
-        else {"max_tokens": cls.max_tokens}, pin_accept=cls.pin_accept)
+        else {"max_tokens": cls.max_tokens}, pin_accept=cls.pin_accept,
+        workload=plan.workload.to_json() if plan.workload else None)
 
 
 def running_result(base: ClassResult, look: Look, plan: ClassPlan,

@@ -11,7 +11,7 @@ import functools
 import re
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.serving.backends.base import Prompt
+from pytest_specbound.measure.prompt_sets import PromptSet
 
 PREFIX = "hf:"
 SPEC = re.compile(r"^hf:(?P<name>[^:@\s]+)(?::(?P<config>[^:@\s]+))?(?:@(?P<split>[^:@\s]+))?$")
@@ -23,10 +23,11 @@ def is_hub(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=32)
-def load_hub(spec: str, origin: str) -> tuple[Prompt, ...]:
+def load_hub(spec: str, origin: str, turns: str | int | None = None,
+             output_len: int | None = None) -> PromptSet:
     """The dataset's rows as prompts; every failure (no extra, no such dataset, no network, a
     split that is not there) is one line naming the setting."""
-    from pytest_specbound.measure.prompt_sets import to_prompt
+    from pytest_specbound.measure.prompt_sets import read_set
 
     where = f"{origin}={spec!r}"
     match = SPEC.match(spec)
@@ -50,8 +51,7 @@ def load_hub(spec: str, origin: str) -> tuple[Prompt, ...]:
             raise ConfigError(f"{where}: the dataset has splits {', '.join(splits)}: "
                               f"name one, e.g. {spec}@{splits[0]}")
         loaded = loaded[splits[0]]
-    prompts = tuple(to_prompt(dict(row), f"{spec}[{i}]", other_keys=True)
-                    for i, row in enumerate(loaded))
-    if not prompts:
+    if not len(loaded):
         raise ConfigError(f"{where}: the dataset has no rows")
-    return prompts
+    return read_set(((f"{spec}[{i}]", dict(row)) for i, row in enumerate(loaded)), where,
+                    turns, other_keys=True, output_len=output_len)

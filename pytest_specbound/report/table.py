@@ -77,6 +77,17 @@ def notes(results: Sequence[ClassResult]) -> list[str]:
             for note in (r.clock_note, r.server_clock_note, r.untimed_note) if note]
 
 
+def workload_lines(results: Sequence[ClassResult]) -> list[str]:
+    """Per class (once over its levels): what reading its prompt set skipped or replayed."""
+    out: list[str] = []
+    for r in results:
+        notes = [str(n) for n in (r.workload or {}).get("notes") or ()]
+        line = f"{basename(r.budget)}::{r.class_name} prompts: " + "; ".join(notes)
+        if notes and line not in out:
+            out.append(line)
+    return out
+
+
 def speedup_lines(results: Sequence[ClassResult]) -> list[str]:
     """Per class: the base without speculation, where the speedup crosses 1, and the measured
     cost per draft forward at each level."""
@@ -179,6 +190,7 @@ def terminal(results: Sequence[ClassResult]) -> str:
     out = [line, "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) for row in body]
     out += [f"note: {line}" for line in notes(results)]
+    out += workload_lines(results)
     out += speedup_lines(results)
     out += slo_lines(results)
     out += baseline_lines(results)
@@ -193,7 +205,8 @@ def markdown(results: Sequence[ClassResult]) -> str:
     out += [f"\n- note: {line}" if i == 0 else f"- note: {line}"
             for i, line in enumerate(notes(results))]
     out += [f"\n- {line}" if i == 0 else f"- {line}"
-            for i, line in enumerate(speedup_lines(results) + slo_lines(results)
+            for i, line in enumerate(workload_lines(results) + speedup_lines(results)
+                                     + slo_lines(results)
                                      + baseline_lines(results))]
     for r in results:
         if r.status in ("pass", "skip"):

@@ -336,6 +336,18 @@ class _Handler(BaseHTTPRequestHandler):
             ]
         self._text("\n".join(lines) + "\n")
 
+    def _openai_whole(self, body: dict[str, Any]) -> None:
+        """A request answered whole (``stream`` false), as an earlier turn is replayed."""
+        n = int(body.get("max_tokens") or 16)
+        text = " ".join(["tok"] * n)
+        choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": text},
+                                   "finish_reason": "length"}
+                                  if self.path.endswith("chat/completions")
+                                  else {"index": 0, "text": text, "finish_reason": "length"})
+        self._json({"id": "whole", "object": "chat.completion", "choices": [choice],
+                    "usage": {"prompt_tokens": 8, "completion_tokens": n,
+                              "total_tokens": 8 + n}})
+
     def do_POST(self) -> None:
         body = self._body()
         self.server_ref.requests.append({"path": self.path, "body": body,
@@ -373,7 +385,7 @@ class _Handler(BaseHTTPRequestHandler):
                      ("sglang", "/generate"): self._sglang_native,
                      ("tgi", "/generate_stream"): self._tgi}.get((fam, self.path))
             if route is None and self.path in ("/v1/completions", "/v1/chat/completions"):
-                route = self._openai
+                route = self._openai if body.get("stream", False) else self._openai_whole
             if route is None:
                 self._json({"error": "not found"}, 404)
                 return

@@ -63,7 +63,8 @@ CLASS = {"prompts": ('"coding"', lambda c: c.prompts == "coding"),
          "tpot_percentile": ("95", lambda c: c.tpot_percentile == 95),
          "min_goodput": ("0.9\nmax_ttft_ms = 100", lambda c: c.limits.get("min_goodput") == 0.9),
          "category": ('"writing"\nprompts = "mt.jsonl"', lambda c: c.category == ("writing",)),
-         "pin_accept": ("3.0", lambda c: c.pin_accept == 3.0)}
+         "pin_accept": ("3.0", lambda c: c.pin_accept == 3.0),
+         "turns": ('"replay"\nprompts = "mt.jsonl"', lambda c: c.turns == "replay")}
 TWIN = {"launch": ('"plain --port {port}"', lambda t: t.launch == "plain --port {port}"),
         "url": ('"http://127.0.0.1:9"', lambda t: t.url == "http://127.0.0.1:9"
                 and t.origin.endswith(":12: no_speculation.url")),
