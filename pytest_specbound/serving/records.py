@@ -29,6 +29,7 @@ class RequestRecord:
     kernel_stamped: bool = False  # each read timed by the kernel's receive stamp, not the reader
     server_decode_s: float | None = None  # the server's own decode window, where it reports one
     server_decode_tok_s: float | None = None
+    server_ttft_s: float | None = None  # the server's own time to first token, where it says
     accept_length: float | None = None  # tokens per verify step, bonus included
     accept_source: AcceptSource = "none"
     error: str | None = None

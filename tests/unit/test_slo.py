@@ -150,3 +150,36 @@ def test_the_quantile_bounds_match_the_exact_tolerance_factors():
         bounds = quantile_bounds([math.exp(x) for x in logs], 0.99, 0.95)
         assert bounds is not None
         assert math.log(bounds[1]) / sd == pytest.approx(exact, rel=0.012)
+
+
+def test_goodput_of_a_request_timed_on_the_servers_clock_uses_the_servers_ttft():
+    """The client could not time it (one read brought every token): its TTFT is the whole
+    request, and the server's own (vLLM's per-request metrics, llama-server's prompt_ms) is
+    the one that counts; a request the client timed keeps the client's."""
+    from pytest_specbound.measure.proportion import met_slos
+
+    server_timed = RequestRecord(completion_tokens=41, ttft_s=2.0, decode_s=0.4, clock="server",
+                                 server_ttft_s=0.08, client_untimed="one read")
+    client_timed = RequestRecord(completion_tokens=41, ttft_s=0.9, decode_s=0.4,
+                                 server_ttft_s=0.08)
+    unknown = RequestRecord(completion_tokens=41, ttft_s=2.0, decode_s=0.4, clock="server")
+    m = Measurement("vllm", [server_timed, client_timed, unknown])
+    assert met_slos(m, 500.0, None) == [True, False, False]
+
+
+def test_the_servers_own_ttft_is_read_per_family():
+    from pytest_specbound.serving.backends.llamacpp import LlamaCpp
+    from pytest_specbound.serving.backends.sglang import SGLang
+    from pytest_specbound.serving.backends.vllm import VLLM
+
+    base = RequestRecord(completion_tokens=11)
+    vllm = VLLM().server_fields([(0.1, {"metrics": {"time_to_first_token_ms": 30.0,
+                                                    "queue_time_ms": 5.0,
+                                                    "generation_time_ms": 100.0}})], base)
+    assert vllm.server_ttft_s == pytest.approx(0.035)
+    llama = LlamaCpp().server_fields([(0.1, {"timings": {"prompt_ms": 12.5, "predicted_n": 11,
+                                                         "predicted_ms": 90.0}})], base)
+    assert llama.server_ttft_s == pytest.approx(0.0125)
+    sglang = SGLang().server_fields([(0.1, {"meta_info": {"first_token_latency": 0.02,
+                                                          "completion_tokens": 11}})], base)
+    assert sglang.server_ttft_s == pytest.approx(0.02)

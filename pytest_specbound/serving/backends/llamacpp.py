@@ -89,6 +89,8 @@ class LlamaCpp(Backend):
         if timings.get("prompt_n") is not None:
             changes["prompt_tokens"] = int(timings["prompt_n"]) + int(timings.get("cache_n", 0))
             changes["cached_prompt_tokens"] = int(timings.get("cache_n", 0))
+        if isinstance(timings.get("prompt_ms"), (int, float)):  # the prompt's compute (no queue)
+            changes["server_ttft_s"] = float(timings["prompt_ms"]) / 1e3
         ms = float(timings.get("predicted_ms", 0.0))
         if ms > 0:
             changes["server_decode_s"] = ms / 1e3

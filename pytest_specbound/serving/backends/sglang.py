@@ -71,6 +71,8 @@ class SGLang(Backend):
                     record,
                     completion_tokens=int(meta.get("completion_tokens", record.completion_tokens)),
                     prompt_tokens=meta.get("prompt_tokens", record.prompt_tokens))
+                if isinstance(meta.get("first_token_latency"), (int, float)):  # from arrival
+                    record = replace(record, server_ttft_s=float(meta["first_token_latency"]))
                 if "spec_verify_ct" in meta:
                     spec = meta
             details = (o.get("sglext") or {}).get("spec_tokens_details")

@@ -40,6 +40,11 @@ class VLLM(Backend):
         if metrics is None:
             return record
         changes: dict[str, Any] = {"server": {"metrics": metrics}}
+        ttft_ms = metrics.get("time_to_first_token_ms")  # from scheduling; queue_time_ms before
+        if isinstance(ttft_ms, (int, float)) and ttft_ms >= 0:
+            queued = metrics.get("queue_time_ms")
+            changes["server_ttft_s"] = (ttft_ms + (queued if isinstance(queued, (int, float))
+                                                   else 0.0)) / 1e3
         gen_ms = metrics.get("generation_time_ms")
         if isinstance(gen_ms, (int, float)) and gen_ms > 0:
             changes.update(server_decode_s=gen_ms / 1e3,
