@@ -13,9 +13,11 @@ from pytest_specbound.cli.args import level, nonneg_int, positive_float
 def cmd_measure(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from pytest_specbound.errors import ConfigError
     from pytest_specbound.measure.load import measure_at
     from pytest_specbound.measure.measurement import Stop
-    from pytest_specbound.measure.prompts import default_max_tokens, load_prompts
+    from pytest_specbound.measure.prompts import default_max_tokens, load_set
+    from pytest_specbound.measure.random_prompts import PREFIX, RandomProblem, RandomPrompts
     from pytest_specbound.measure.sampler import (
         DEFAULT_MAX_ACCEPT,
         FixedCount,
@@ -28,8 +30,15 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
     max_accept = (parse_speculation(args.spec, origin="--spec").max_accept if args.spec
                   else DEFAULT_MAX_ACCEPT)
-    prompts = load_prompts(args.prompts, "--prompts")
-    max_tokens = args.max_tokens or default_max_tokens(args.prompts)
+    try:
+        random = RandomPrompts.parse(args.prompts) if args.prompts.startswith(PREFIX) else None
+    except RandomProblem as exc:
+        raise ConfigError(f"--prompts={args.prompts}: {exc}") from None
+    # a conversation set's replies set the output lengths unless --max-tokens is given
+    prompts = list(load_set(args.prompts, "--prompts", output_len=args.max_tokens).prompts) \
+        if random is None else []
+    max_tokens = args.max_tokens or (random.output if random else 0) \
+        or default_max_tokens(args.prompts)
     cfg = ServerConfig(backend=args.backend, url=args.url, launch=args.launch,
                        ready_timeout_s=args.ready_timeout, api_key_env=args.api_key_env,
                        model_id=args.model_id, read_timeout_s=args.read_timeout,
@@ -38,6 +47,14 @@ def cmd_measure(args: argparse.Namespace) -> int:
     try:
         sampler = Sampler(server.endpoint, backend, args.model_id, max_accept)
         info = backend.info(server.endpoint)
+        if random is not None:  # built with the server's own tokenizer
+            from pytest_specbound.gate.random_workload import random_prompts
+
+            built = random_prompts(random, args.samples + args.concurrency * (args.warmup + 1),
+                                   backend.name, server.endpoint, args.model_id,
+                                   info.model_path or args.url or "launched")
+            say(built.note())
+            prompts = list(built.prompts)
         workload = Workload(prompts, max_tokens, args.warmup)
         m = measure_at(sampler, args.concurrency, workload, Stopping(FixedCount(args.samples)),
                        info=info)
@@ -69,7 +86,10 @@ def add_measure(sub: Any) -> None:
     where.add_argument("--url", help="attach to a running server")
     where.add_argument("--launch", help="launch command ({port}, {host} filled in)")
     p.add_argument("--backend", choices=BACKENDS, default="auto")
-    p.add_argument("--prompts", default="coding", help="coding|chat|repetitive|long or FILE.jsonl")
+    p.add_argument("--prompts", default="coding",
+                   help="coding|chat|repetitive|long, FILE.jsonl / FILE.json (ShareGPT: each "
+                        "conversation's first turn), or random:input=N,output=N[,range=R,"
+                        "prefix=N,seed=N]")
     p.add_argument("--samples", type=nonneg_int, default=8)
     p.add_argument("--warmup", type=nonneg_int, default=1,
                    help="uncounted requests (per stream with --concurrency)")

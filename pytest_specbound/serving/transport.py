@@ -168,9 +168,12 @@ class Endpoint:
 
     def _open(self, method: str, path: str, timeout: tuple[float, float], data: bytes | None,
               stream: bool) -> requests.Response:
+        headers = self.headers(stream)
+        if data is not None:  # every body is JSON (vLLM refuses one not labelled so: HTTP 400)
+            headers["Content-Type"] = "application/json"
         try:
             return self.session.request(
-                method, self.base_url + path, data=data, headers=self.headers(stream),
+                method, self.base_url + path, data=data, headers=headers,
                 stream=True, timeout=timeout, proxies=self.proxies, verify=self.verify,
                 allow_redirects=False)
         except requests.exceptions.ConnectTimeout:

@@ -268,3 +268,34 @@ def test_sampling_changes_the_accept_length_and_it_is_measured(server, tiny_llam
             assert m.accept_length == pytest.approx(from_counters, abs=0.02), (name, found[name])
     greedy, sampled = found["greedy"][1], found["sampled"][1]
     assert sampled < greedy - 0.2, found  # sampling breaks the loops n-gram lookup feeds on
+
+
+def test_the_peers_workloads_run_on_vllm(server, tiny_llama, tmp_path):
+    """Random prompts built with vLLM's own /tokenize carry the asked input lengths by vLLM's
+    own count (usage.prompt_tokens), and a ShareGPT conversation's first turn goes through the
+    chat route (the tiny llama has a chat template) as one request."""
+    from pytest_specbound.gate.random_workload import random_prompts
+    from pytest_specbound.measure.prompts import load_set
+    from pytest_specbound.measure.random_prompts import RandomPrompts
+
+    srv, per_request = server
+    if not per_request:
+        pytest.skip("once per server is enough: the per-request server runs it")
+    model = str(tiny_llama)
+    spec = RandomPrompts(input=200, output=16, range=0.1, prefix=32, seed=5)
+    built = random_prompts(spec, 6, "vllm", srv.endpoint, model, model)
+    assert built.exact and built.source == "vLLM's /tokenize" and built.worst_miss <= 0.02, built
+    sampler = Sampler(srv.endpoint, VLLM(), model)
+    m = measure(sampler, Workload(built.prompts, 16, warmup=0), Stopping(FixedCount(6)))
+    assert not m.failures, [r.error for r in m.failures]
+    sent = [r.prompt_tokens for r in m.records]
+    assert all(n in built.counted for n in sent), (sent, built.counted)
+    assert all(abs(n - a) <= 0.02 * a for n, a in zip(built.counted, built.asked, strict=True))
+    rows = [{"conversations": [{"from": "gpt", "value": "Hi!"},
+                               {"from": "human", "value": "def add(a, b): return a + b " * 3},
+                               {"from": "gpt", "value": "It adds two numbers. " * 4},
+                               {"from": "human", "value": "And subtract?"}]}]
+    (tmp_path / "sg.json").write_text(json.dumps(rows))
+    chat = load_set(str(tmp_path / "sg.json")).prompts
+    m = measure(sampler, Workload(chat, 16, warmup=0), Stopping(FixedCount(2)))
+    assert not m.failures and all(r.completion_tokens == chat[0].max_tokens for r in m.records)

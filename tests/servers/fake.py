@@ -357,6 +357,12 @@ class _Handler(BaseHTTPRequestHandler):
                 log.write(f"{self.s.request_tag} {self.path}\n")
         if self._refused():
             return
+        if self.server_ref.family == "vllm" and \
+                self.headers.get("Content-Type", "").split(";")[0] != "application/json":
+            self._json({"error": {"message": "1 validation error:\n  Unsupported Media Type: "
+                                  "Only 'application/json' is allowed", "type": "Bad Request",
+                                  "param": None, "code": 400}}, 400)  # as vLLM's FastAPI does
+            return
         if self._gateway_fault():
             return
         if self.s.fault == "http500":  # the cause in the server's log, as vLLM's engine core

@@ -12,6 +12,10 @@ CORPUS = [
 ]
 
 
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
+                 "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
+
+
 def write_tiny_llama(folder: Path, vocab_size: int = 512) -> Path:
     """Save config, random weights and tokenizer to ``folder`` (no network)."""
     import torch
@@ -27,6 +31,7 @@ def write_tiny_llama(folder: Path, vocab_size: int = 512) -> Path:
     tok.train_from_iterator(CORPUS * 20, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
                                    unk_token="<unk>")
+    fast.chat_template = CHAT_TEMPLATE  # chat routes need one (ShareGPT sets are chats)
     fast.save_pretrained(folder)
     config = LlamaConfig(vocab_size=len(fast), hidden_size=128, intermediate_size=256,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
