@@ -53,11 +53,18 @@ class GateRun:
             self._baseline = BaselineRuns(self.settings, self.identity())
         todo = [(self._key(b, n, level), self._on_hw(b), n, level) for b, n, level in wanted]
         todo = [t for t in todo if self._planned(t[0], t[1]) is None]
+        told: set[tuple[str, str]] = set()
         for key, budget, name, level in todo:
             try:
                 self._plans[key] = budget, self._plan(budget, name, level)
             except SpecboundError as exc:
                 self._plans[key] = budget, exc
+            plan = self._plans[key][1]
+            if isinstance(plan, ClassPlan) and plan.workload and self.say \
+                    and (key[0], name) not in told:  # what reading the set decided, once a class
+                told.add((key[0], name))
+                for note in plan.workload.notes():
+                    self.say(f"{budget.path.name}::{name} prompts: {note}")
         self.twins.measure_all([(b, n, lv) for key, b, n, lv in todo
                                 if isinstance(self._plans[key][1], ClassPlan)
                                 and wants_twin(b, b.classes[n], self.settings)])

@@ -52,8 +52,11 @@ def test_replaying_a_conversation_costs_unmeasured_generations_and_says_so(pytes
     write_budget(pytester_env, text)
     result = pytester_env.runpytest("--specbound-hw=h100", "--specbound-samples=4",
                                     "--specbound-json=r.json")
-    assert ("earlier turns replayed before each measured request: 2.00 unmeasured "
-            "generations per request on average") in result.stdout.str()
+    out = result.stdout.str()
+    # said when the class is planned, before a request is sent, and again in the summary
+    assert out.count("gate.toml::chat prompts: earlier turns replayed before each measured "
+                     "request: 2.00 unmeasured generations per request on average") == 2, out
+    assert out.index("prompts: earlier turns") < out.index("specbound summary")
     (r,) = json.loads((pytester_env.path / "r.json").read_text())["results"]
     assert r["workload"]["unmeasured_per_request"] == 2 and r["workload"]["turns"] == "replay"
     streamed = [q["body"] for q in fake_vllm.requests
