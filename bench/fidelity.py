@@ -61,6 +61,25 @@ def predictions_table(rows: list[Anchor]) -> None:
               f"{statistics.median(errors):.2f}, worst {max(errors):.2f}")
 
 
+def layout_table(rows: list[Anchor]) -> None:
+    """The rows served across GPUs and nodes at a stated layout: per layout, what bounds the
+    slowest GPU's round, and the efficiency."""
+    laid = [a for a in rows if a.roofline.layout is not None]
+    if not laid:
+        return
+    print()
+    print("rows at a layout (the slowest GPU's round; each part per round):")
+    print(f"{'group':<18} {'hardware':<9} {'layout':<26} {'batch':>6} {'round ms':>9} "
+          f"{'bound':<11} {'all-to-all':>10} {'allreduce':>9} {'eff':>5}")
+    for a in laid:
+        r, layout = a.roofline, a.roofline.layout
+        assert layout is not None
+        label = layout.label() + (" overlap" if layout.overlap else "")
+        print(f"{a.group:<18} {a.row['hw']:<9} {label:<26} {r.batch:>6} {r.round_ms:>9.2f} "
+              f"{r.bound:<11} {r.components_ms.get('all_to_all', 0.0):>10.2f} "
+              f"{r.components_ms['allreduce']:>9.2f} {a.efficiency:>5.2f}")
+
+
 def main() -> None:
     rows = anchors()
     print(f"{'group':<18} {'hardware':<11} {'model':<14} {'spec':<12} {'accept':>6} "
@@ -99,6 +118,7 @@ def main() -> None:
                   f"{min(effs):.2f}-{max(effs):.2f} against {s.baseline.efficiency:.2f} without "
                   "speculation")
     predictions_table(rows)
+    layout_table(rows)
     top = max(a.efficiency for a in rows)
     print()
     print(f"headline: {len(rows)} rows, {sum(a.speculative for a in rows)} speculative from "

@@ -18,12 +18,26 @@ from pytest_specbound.cli.args import (
 from pytest_specbound.errors import SpecboundError
 
 if TYPE_CHECKING:
+    from pytest_specbound.physics.layout import Layout
     from pytest_specbound.physics.roofline import Roofline
 
 ROOFLINE_FLAGS = {"spec": "--spec", "draft_model": "--draft-model", "draft_dtype": "--draft-dtype",
                   "batch": "--batch",
                   "context": "--context", "overhead_ms": "--overhead-ms",
-                  "draft_step_ms": "--draft-step-ms"}
+                  "draft_step_ms": "--draft-step-ms", "layout": "--tp/--pp/--ep"}
+
+
+def layout_from_args(args: argparse.Namespace, gpus: int) -> Layout | None:
+    """``--tp/--pp/--ep/--dp-attention/--overlap`` as a layout (None: none of them given; the
+    GPUs are then one TP group). ``--tp`` defaults to the GPUs over ``--pp``."""
+    from pytest_specbound.physics.layout import Layout
+
+    given = (args.tp, args.pp, args.ep)
+    if all(v is None for v in given) and not args.dp_attention and not args.overlap:
+        return None
+    pp = args.pp or 1
+    return Layout(tp=args.tp or max(1, gpus // pp), pp=pp, ep=args.ep or 1,
+                  dp_attention=args.dp_attention, overlap=args.overlap)
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
@@ -53,16 +67,25 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         hw = matched_to_server(hw, args.threads, reads)
     from pytest_specbound.physics.overheads import overhead_for
 
+    if args.nodes is not None:
+        hw = hw.on_nodes(args.nodes)
+    layout = layout_from_args(args, hw.count)
+
     overhead, source = ((args.overhead_ms, "--overhead-ms") if args.overhead_ms is not None
                         else overhead_for(args.backend))
     def at(batch: int) -> Roofline:
         return compute_roofline(hw, model, spec, draft,
                                 Deployment(args.context, batch, overhead, args.draft_step_ms,
-                                           source),
+                                           source, layout),
                                 draft_dtype, ROOFLINE_FLAGS)
 
     if len(args.batch) > 1:
-        return print_frontier(at, args.batch, args.accept, args.format)
+        print_frontier(at, args.batch, args.accept, args.format)
+        if args.format == "table" and (layout is not None or hw.nodes > 1):
+            for batch in args.batch:  # at a layout, each batch's parts per GPU
+                print()
+                print(render.table(at(batch), args.accept))
+        return 0
     roof = at(args.batch[0])
     if args.accept is not None and args.accept > roof.max_accept:
         raise SpecboundError(
@@ -116,5 +139,17 @@ def add_roofline(sub: Any) -> None:
                    help="the engine's own cost per draft forward, beyond the physics (0)")
     p.add_argument("--threads", type=positive_int,
                    help="--hw cpu: the server's compute threads (default: every core)")
+    p.add_argument("--tp", type=positive_int, help="tensor-parallel GPUs per pipeline stage "
+                   "(default: the GPUs over --pp)")
+    p.add_argument("--pp", type=positive_int, help="pipeline stages (1)")
+    p.add_argument("--ep", type=positive_int, help="expert-parallel GPUs: the routed experts "
+                   "spread over them (1: split by TP)")
+    p.add_argument("--dp-attention", action="store_true",
+                   help="attention data-parallel across the TP group (SGLang "
+                        "--enable-dp-attention)")
+    p.add_argument("--overlap", action="store_true",
+                   help="assume the all-to-all overlaps the other micro-batch (two-batch overlap)")
+    p.add_argument("--nodes", type=positive_int,
+                   help="nodes the GPUs span (default: the catalog's GPUs per node)")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(func=cmd_roofline)

@@ -14,6 +14,7 @@ from pytest_specbound.gate.class_budget import CLASS_KEYS as CLASS_KEYS
 from pytest_specbound.gate.class_budget import LEVEL_TABLE, ClassBudget, parse_class
 from pytest_specbound.gate.twin_table import NoSpeculation, parse_twin
 from pytest_specbound.gate.where import Where
+from pytest_specbound.physics.layout import Layout
 from pytest_specbound.physics.speculative import (
     HEAD_METHODS,
     METHODS,
@@ -23,12 +24,14 @@ from pytest_specbound.physics.speculative import (
 from pytest_specbound.serving.backends import BACKENDS
 from pytest_specbound.serving.connect import ServerConfig
 
-TOP_KEYS = {"model", "speculative", "server", "classes", "hardware", "roofline", "no_speculation"}
+TOP_KEYS = {"model", "speculative", "server", "classes", "hardware", "roofline", "no_speculation",
+            "parallel"}
 MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
 SPEC_KEYS = {"method", "steps", "draft_tokens", "draft_model", "draft_dtype"}
 SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", "api_key_env",
                "host", "port", "env", "cwd", "model_id", "check_model", "check_settings", "ca_bundle"}
 ROOFLINE_KEYS = {"context", "overhead_ms", "draft_step_ms", "batch", "threads"}
+PARALLEL_KEYS = {"tp", "pp", "ep", "dp_attention", "overlap", "nodes"}
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ class Budget:
     threads: int | None = None  # CPU: threads the server computes with (default: from its launch)
     sha256: str = ""
     no_speculation: NoSpeculation | None = None  # the twin, where the budget names one
+    layout: Layout | None = None  # [parallel]: one instance's split over GPUs
+    nodes: int | None = None  # [parallel] nodes: the GPUs spread over that many
     # where each value was written (file:line: key, or the marker keyword), for errors at run
     # time: "server", "model", "draft_model", and compute_roofline's keys ("spec", "batch", ...)
     origins: Mapping[str, str] = field(default_factory=dict)
@@ -123,6 +128,7 @@ def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
     hardware = {label.lower(): _parse_override(w, label, over, server, classes)
                 for label, over in w.table(data, "hardware", required=False).items()}
     twin = parse_twin(w, data)
+    layout, nodes = _parse_parallel(w, w.table(data, "parallel", required=False))
     leveled = next((c for c in classes.values() if c.concurrency != (1,)), None)
     if "batch" in roof_t and leveled is not None:
         raise w.error("roofline", "batch", f"class '{leveled.name}' sets concurrency, which sets "
@@ -136,14 +142,34 @@ def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
         head_dtype=head_dtype,
         batch=int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1)),
         threads=_optional_int(w.number("roofline", roof_t, "threads", integer=True, low=1)),
-        sha256=sha256, no_speculation=twin,
+        sha256=sha256, no_speculation=twin, layout=layout, nodes=nodes,
         origins={"server": w.name("server", ""), "model": w.name("model", model_key),
                  "draft_model": w.name("speculative", "draft_model"),
                  "spec": w.name("speculative", "method"),
                  "draft_dtype": w.name("speculative", "draft_dtype"),
                  **{k: w.name("roofline", k) for k in ROOFLINE_KEYS},
+                 "layout": w.name("parallel", ""), "nodes": w.name("parallel", "nodes"),
                  **{f"classes.{n}.prompts": w.name(f"classes.{n}", "prompts") for n in classes}},
     )
+
+
+def _parse_parallel(w: Where, t: TomlTable) -> tuple[Layout | None, int | None]:
+    """``[parallel]``: tp, pp, ep (whole numbers), dp_attention and overlap (true / false), and
+    the nodes the GPUs span. Without ``tp``, the GPUs over ``pp`` (filled in by the plan)."""
+    if not t:
+        return None, None
+    w.check_keys("parallel", t, PARALLEL_KEYS)
+    sizes = {k: w.number("parallel", t, k, integer=True, low=1) for k in ("tp", "pp", "ep")}
+    flags = {}
+    for key in ("dp_attention", "overlap"):
+        if key in t and not isinstance(t[key], bool):
+            raise w.error("parallel", key, f"must be true or false, got {t[key]!r}")
+        flags[key] = bool(t.get(key, False))
+    nodes = _optional_int(w.number("parallel", t, "nodes", integer=True, low=1))
+    if not any(v is not None for v in sizes.values()) and not any(flags.values()):
+        return None, nodes
+    return Layout(tp=int(sizes["tp"] or 0), pp=int(sizes["pp"] or 1), ep=int(sizes["ep"] or 1),
+                  **flags), nodes
 
 
 def _parse_model(w: Where, model_t: TomlTable) -> tuple[ModelRef, str]:

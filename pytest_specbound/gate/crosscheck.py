@@ -37,9 +37,16 @@ def mismatches(budget: Budget, hw: Hardware, served: Served) -> list[str]:
         if served.draft_tokens is not None and served.draft_tokens != spec.draft_tokens:
             out.append(f"{says} ({spec.draft_tokens} draft tokens); the server verifies "
                        f"{served.draft_tokens} ({src['draft_tokens']})")
-    if hw.name != "cpu" and served.tp_size is not None and served.tp_size != hw.count:
+    gpus = served.instance_gpus
+    if hw.name != "cpu" and gpus is not None and gpus != hw.count:
+        parts = [f"TP {served.tp_size} ({src.get('tp_size')})"
+                 if served.group_tp in (None, served.tp_size)
+                 else f"{served.group_tp} GPUs a stage ({src['group_tp']})"]
+        if (served.pp_size or 1) > 1:
+            parts.append(f"PP {served.pp_size} ({src['pp_size']})")
         out.append(f"hardware {hw.label} has {hw.count} GPU{'s' * (hw.count != 1)}; the server "
-                   f"runs TP {served.tp_size} ({src['tp_size']})")
+                   "runs " + " x ".join(parts))
+    out += layout_mismatches(budget, hw, served)
     if budget.threads is not None and served.threads is not None and budget.threads != served.threads:
         out.append(f"budget says {budget.threads} threads ({budget.origin('threads')}); the "
                    f"server runs {served.threads} ({src['threads']})")
@@ -47,6 +54,27 @@ def mismatches(budget: Budget, hw: Hardware, served: Served) -> list[str]:
             served.dtype):
         out.append(f"budget says dtype {budget.model.dtype}; the server runs {served.dtype} "
                    f"({src['dtype']})")
+    return out
+
+
+def layout_mismatches(budget: Budget, hw: Hardware, served: Served) -> list[str]:
+    """The budget's ``[parallel]`` against the layout the server runs (where it says)."""
+    if budget.layout is None or hw.name == "cpu":
+        return []
+    layout, src = budget.layout.on(hw.count), served.sources
+    says = f"budget says {layout.label()} ({budget.origin('layout')})"
+    group = served.group_tp if served.group_tp is not None else served.tp_size
+    checks = (("tp", layout.tp, group, src.get("group_tp") or src.get("tp_size")),
+              ("pp", layout.pp, served.pp_size, src.get("pp_size")),
+              ("ep", layout.ep, served.ep_size, src.get("ep_size")),
+              ("dp_attention", layout.dp_attention, served.dp_attention,
+               src.get("dp_attention")))
+    out = []
+    for key, want, runs, where in checks:
+        if runs is not None and runs != want:
+            shown = ("DP attention" if runs else "no DP attention") if key == "dp_attention" \
+                else f"{key.upper()} {runs}"
+            out.append(f"{says}; the server runs {shown} ({where})")
     return out
 
 

@@ -165,9 +165,12 @@ def roofline_for(budget: Budget, hw: Hardware, values: dict[str, str],
     overhead, overhead_source = (
         (budget.overhead_ms, budget.origin("overhead_ms")) if budget.overhead_ms is not None
         else overhead_for(budget.server.backend))
+    if budget.nodes is not None:
+        hw = hw.on_nodes(budget.nodes, budget.origin("nodes"))
+    layout = budget.layout.on(hw.count) if budget.layout else None
     return compute_roofline(hw, model, budget.speculation, draft,
                             Deployment(budget.context, batch or budget.batch, overhead,
-                                       budget.draft_step_ms, overhead_source),
+                                       budget.draft_step_ms, overhead_source, layout),
                             budget.head_dtype, budget.origins)
 
 

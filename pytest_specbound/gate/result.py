@@ -48,6 +48,8 @@ class RooflineFigures:
     draft_step_ms: float = 0.0
     head_dtype: str | None = None
     overhead_source: str = ""
+    layout: JSONObject | None = None  # the split over GPUs and nodes, where one was modelled
+    notes: tuple[str, ...] = ()  # what the layout's parts assumed
 
     @property
     def prefill_ms(self) -> float:
@@ -79,7 +81,9 @@ class RooflineFigures:
             hardware=roof.hardware.describe(), model=roof.model.describe(),
             draft_model=roof.draft_model.describe() if roof.draft_model else None,
             draft_forwards=draft_forwards(roof.spec), draft_step_ms=roof.draft_step_ms,
-            head_dtype=roof.head_dtype, overhead_source=roof.overhead_source)
+            head_dtype=roof.head_dtype, overhead_source=roof.overhead_source,
+            layout=cast(JSONObject, roof.to_dict().get("layout")) if roof.layout else None,
+            notes=roof.notes)
 
     @classmethod
     def from_json(cls, d: Mapping[str, object]) -> RooflineFigures:
@@ -100,6 +104,8 @@ class RooflineFigures:
             draft_step_ms=_float(d, "draft_step_ms") or 0.0,
             head_dtype=str(d["head_dtype"]) if d.get("head_dtype") else None,
             overhead_source=str(d.get("overhead_source") or ""),
+            layout=_object(d, "layout") or None,
+            notes=tuple(str(n) for n in _list(d, "notes")),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -110,7 +116,9 @@ class RooflineFigures:
                 "batch": self.batch, "hardware": dict(self.hardware), "model": dict(self.model),
                 "draft_model": dict(self.draft_model) if self.draft_model is not None else None,
                 "draft_forwards": self.draft_forwards, "draft_step_ms": self.draft_step_ms,
-                "head_dtype": self.head_dtype, "overhead_source": self.overhead_source}
+                "head_dtype": self.head_dtype, "overhead_source": self.overhead_source,
+                **({"layout": dict(self.layout), "notes": list(self.notes)}
+                   if self.layout else {})}
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Public measurements the roofline is checked against (``data/anchors.toml``).
 
-Each row is one published single-request decode rate with its hardware, model, dtype and, for a
-speculative row, the method and the accept length the source reported. Rows of one source share
+Each row is one published decode rate per user with its hardware, model, dtype and, for a
+speculative row, the method and the accept length the source reported; a row measured at
+several sequences gives its ``batch`` and ``context``, and one split over GPUs its layout
+(``tp``, ``pp``, ``ep``, ``dp_attention``, ``overlap``, ``nodes``). Rows of one source share
 a ``group``; a group with speculative rows also has its no-speculation row, so the two
 efficiencies can be set side by side (``bench/fidelity.py``).
 """
@@ -14,12 +16,19 @@ from importlib import resources
 
 from pytest_specbound._toml import TomlTable, loads_toml
 from pytest_specbound.physics.hardware import parse_hardware
+from pytest_specbound.physics.layout import Layout
 from pytest_specbound.physics.models import load_model
-from pytest_specbound.physics.roofline import Roofline, compute_roofline
+from pytest_specbound.physics.roofline import (
+    DEFAULT_CONTEXT,
+    Deployment,
+    Roofline,
+    compute_roofline,
+)
 from pytest_specbound.physics.speculative import parse_speculation
 
 ANCHORS_PATH = "pytest_specbound/data/anchors.toml"
 DEFAULT_MIN_RATIO = 0.35  # a measurement this far under its roofline means the model is wrong
+LAYOUT_KEYS = ("tp", "pp", "ep", "dp_attention", "overlap")  # a row's split over its GPUs
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,17 @@ def evaluate(row: TomlTable) -> Anchor:
         model = model.with_expert_dtype(row["expert_dtype"])
     draft = load_model(row["draft_model"], row.get("draft_dtype")) if "draft_model" in row \
         else None
-    roof = compute_roofline(parse_hardware(row["hw"]), model,
-                            parse_speculation(row.get("spec", "none")), draft,
+    hw = parse_hardware(row["hw"])
+    if "nodes" in row:
+        hw = hw.on_nodes(int(row["nodes"]), f"{ANCHORS_PATH}: nodes")
+    layout = Layout(tp=int(row.get("tp", 0)), pp=int(row.get("pp", 1)), ep=int(row.get("ep", 1)),
+                    dp_attention=bool(row.get("dp_attention", False)),
+                    overlap=bool(row.get("overlap", False))).on(hw.count) \
+        if any(k in row for k in LAYOUT_KEYS) else None
+    deployment = Deployment(context=int(row.get("context", DEFAULT_CONTEXT)),
+                            batch=int(row.get("batch", 1)), layout=layout)
+    roof = compute_roofline(hw, model, parse_speculation(row.get("spec", "none")), draft,
+                            deployment,
                             head_dtype=row.get("draft_dtype"))  # without a draft model: the head's
     return Anchor(row, roof)
 

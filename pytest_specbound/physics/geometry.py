@@ -40,6 +40,8 @@ class Model:
     moe_layers: int = 0
     expert_bytes: float = 0.0  # one routed expert of one layer
     exact_bytes: bool = False  # bytes read from a file, not counted from the geometry
+    attention_bytes: float = 0.0  # every layer's attention (or linear-attention) weights
+    latent_kv: bool = False  # MLA: one compressed KV per token, which every TP rank keeps whole
 
     @property
     def is_moe(self) -> bool:
@@ -61,6 +63,7 @@ class Model:
             lm_head_bytes=self.lm_head_bytes * ratio,
             mtp_bytes=self.mtp_bytes * ratio,
             expert_bytes=self.expert_bytes * ratio,
+            attention_bytes=self.attention_bytes * ratio,
         )
 
     def with_expert_dtype(self, dtype: str, current: str | None = None) -> Model:
@@ -222,5 +225,7 @@ def geometry_from_config(
         experts_per_token=top_k,
         moe_layers=moe_layers,
         expert_bytes=expert * ebpp * scale,
+        attention_bytes=mixer * bpp * scale,
+        latent_kv=bool(f.opt("kv_lora_rank")),
     )
     return model.with_dtype(dtype) if dtype else model

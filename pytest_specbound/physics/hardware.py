@@ -17,7 +17,10 @@ from pytest_specbound.physics.dtypes import INTEGER_KERNEL
 CATALOG_PATH = "pytest_specbound/data/hardware.toml"
 _SPEC = re.compile(r"^(?P<name>.+?)(?:x(?P<count>\d+))?$")
 _NUMBER_KEYS = ("bandwidth_gbs", "memory_gb", "bf16_tflops", "fp8_tflops", "fp4_tflops",
-                "link_gbs")
+                "link_gbs", "gpus_per_node", "scale_out_gbs")
+GPUS_PER_NODE = 8
+SCALE_OUT_GBS = 12.5  # one 100 Gb/s Ethernet port per GPU, where the catalog says nothing
+SCALE_OUT_SOURCE = "[assumed] one 100 Gb/s Ethernet port per GPU"
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,25 @@ class Hardware:
     threads: int = 0  # the server's threads, where matched to a server on this host
     working_set_bytes: int = 0  # the bytes one step reads, which the read probe used
     detected: str | None = None  # the GPU's name as NVML gave it
+    gpus_per_node: int = GPUS_PER_NODE  # GPUs joined by ``link``; beyond them, the scale-out
+    scale_out_gbs: float = SCALE_OUT_GBS  # per GPU between nodes, one direction
+    scale_out_source: str = SCALE_OUT_SOURCE
+
+    @property
+    def nodes(self) -> int:
+        """Nodes the ``count`` GPUs span."""
+        return max(1, -(-self.count // self.gpus_per_node))
+
+    def on_nodes(self, nodes: int, origin: str = "--nodes") -> Hardware:
+        """These GPUs spread evenly over ``nodes`` nodes (a one-line error where they do not)."""
+        if nodes < 1 or self.count % nodes:
+            raise ConfigError(f"{origin}={nodes}: the {self.count} GPUs of {self.label} do not "
+                              f"split evenly over {nodes} nodes")
+        per_node = self.count // nodes
+        if per_node > self.gpus_per_node:
+            raise ConfigError(f"{origin}={nodes}: {per_node} GPUs a node, but a {self.name} node "
+                              f"holds {self.gpus_per_node}")
+        return replace(self, gpus_per_node=per_node)
 
     @property
     def label(self) -> str:
@@ -84,6 +106,9 @@ class Hardware:
                if self.prefill_kernel_tflops else {}),
             "link": self.link,
             "link_gbs": self.link_gbs,
+            **({"nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
+                "scale_out_gbs": self.scale_out_gbs, "scale_out_source": self.scale_out_source}
+               if self.count > self.gpus_per_node else {}),
             "source": self.source,
             **{k: v for k, v in (("cores", self.cores), ("threads", self.threads),
                                  ("working_set_bytes", self.working_set_bytes),
@@ -134,6 +159,9 @@ def _from_entry(name: str, entry: TomlTable, count: int) -> Hardware:
         link=str(entry.get("link", "pcie4")) if count > 1 else "none",
         link_gbs=float(entry.get("link_gbs", 32)),
         source=str(entry["source"]),
+        gpus_per_node=int(entry.get("gpus_per_node", GPUS_PER_NODE)),
+        scale_out_gbs=float(entry.get("scale_out_gbs", SCALE_OUT_GBS)),
+        scale_out_source=str(entry.get("scale_out_source", SCALE_OUT_SOURCE)),
     )
 
 

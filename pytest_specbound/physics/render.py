@@ -12,13 +12,15 @@ LABELS = {
     "linear_state": "linear-attention state read",
     "compute": "verify compute above memory time",
     "allreduce": "allreduce",
+    "all_to_all": "all-to-all (experts)",
+    "pipeline": "pipeline hand-offs",
     "draft": "draft",
     "overhead": "scheduler and sampling",
     "prefill": "other requests' prefill (measured)",
 }
 SHORT = {"weights": "weights", "kv_cache": "kv", "linear_state": "state", "compute": "compute",
-         "allreduce": "allreduce", "draft": "draft", "overhead": "sched",
-         "prefill": "prefill"}
+         "allreduce": "allreduce", "all_to_all": "all-to-all", "pipeline": "pipeline",
+         "draft": "draft", "overhead": "sched", "prefill": "prefill"}
 
 
 def one_line(roof: Roofline) -> str:
@@ -33,8 +35,38 @@ def components_line(components_ms: Mapping[str, float]) -> str:
     return " | ".join(parts) + " ms"
 
 
+def _layout_detail(roof: Roofline, key: str) -> str | None:
+    """A part's detail at a layout: per GPU, the slowest one's (None: as without a layout)."""
+    layout, hw, m = roof.layout, roof.hardware, roof.model
+    if layout is None:
+        return None
+    stage = f", {layout.pp} stages in turn" if layout.pp > 1 else ""
+    if key == "weights":
+        moe = ", the busiest EP rank's experts" if m.is_moe and layout.ep > 1 else \
+            " (expected distinct experts)" if m.is_moe else ""
+        return f"per GPU{moe} at {hw.bandwidth_gbs:g} GB/s{stage}"
+    if key == "kv_cache":
+        return f"context {roof.context} x batch {roof.batch}, per GPU"
+    if key == "allreduce" and not roof.components_ms["allreduce"]:
+        return "none: every layer runs data-parallel or expert-parallel" if layout.tp > 1 else ""
+    if key == "allreduce":
+        nodes = layout.nodes(hw.gpus_per_node)
+        over = f"{hw.link}" + (f" + scale-out across {nodes} nodes" if
+                               layout.tp > hw.gpus_per_node else "")
+        return f"TP={layout.tp} over {over}" if layout.tp > 1 else ""
+    if key == "all_to_all":
+        return f"EP={layout.ep}, {m.moe_layers} MoE layers" + \
+            (", overlapped (assumed)" if layout.overlap else "")
+    if key == "pipeline":
+        return f"PP={layout.pp}"
+    return None
+
+
 def _detail(roof: Roofline, key: str) -> str:
     hw, m = roof.hardware, roof.model
+    at_layout = _layout_detail(roof, key)
+    if at_layout is not None:
+        return at_layout
     per_gpu = " per GPU" if hw.count > 1 else ""
     if key == "weights":
         moe = " (expected distinct experts)" if m.is_moe else ""
@@ -72,6 +104,12 @@ def table(roof: Roofline, accept: float | None = None) -> str:
         lines.append(f"{LABELS[key]:<34} {value:8.2f} {share:6.0%}  {bar:<30} {detail}".rstrip())
     lines.append(f"{'total per round':<34} {total:8.2f}")
     lines.append(f"bound: {roof.bound}")
+    if roof.layout is not None:
+        nodes = roof.layout.nodes(hw.gpus_per_node)
+        lines.append(f"layout: {roof.layout.label()} on {roof.layout.gpus} GPUs"
+                     + (f" across {nodes} nodes of {hw.gpus_per_node}" if nodes > 1 else "")
+                     + "; each part is the slowest GPU's, per round")
+        lines += [f"  {note}" for note in roof.notes]
     lines.append(
         f"ceiling at accept {roof.max_accept}: {roof.ceiling_tok_s:.1f} tok/s"
     )

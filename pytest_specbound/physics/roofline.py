@@ -16,10 +16,12 @@ from pytest_specbound.physics import dtypes
 from pytest_specbound.physics.allreduce import allreduce_us
 from pytest_specbound.physics.geometry import Model
 from pytest_specbound.physics.hardware import Hardware
+from pytest_specbound.physics.layout import Layout
+from pytest_specbound.physics.layout_round import kv_share, layout_round
 from pytest_specbound.physics.speculative import Speculation
 
 ORIGIN_KEYS = ("spec", "draft_model", "draft_dtype", "batch", "context", "overhead_ms",
-               "draft_step_ms")
+               "draft_step_ms", "layout")
 COMPONENTS = ("weights", "kv_cache", "linear_state", "compute", "allreduce", "draft", "overhead")
 DEFAULT_CONTEXT = 500  # the seed profile's sequence length
 DEFAULT_OVERHEAD_MS = 0.5  # scheduler and sampling per round (seed profile)
@@ -58,6 +60,8 @@ class Deployment:
     overhead_ms: float = DEFAULT_OVERHEAD_MS  # scheduler and sampling per round
     draft_step_ms: float = 0.0
     overhead_source: str = ""  # where overhead_ms came from
+    # how one instance is split over GPUs and nodes (None: tensor parallelism over them all)
+    layout: Layout | None = None
 
 
 DEPLOYMENT_KEYS = tuple(f.name for f in fields(Deployment))
@@ -81,6 +85,8 @@ class Roofline:
     head_dtype: str | None = None  # an MTP / EAGLE / DFlash head stored apart from bf16
     verify_compute_ms: float = 0.0  # the verify forward's matmuls at the compute ceiling
     prefill_ms_per_token: float = 0.0  # one prompt token's matmuls at the prefill ceiling
+    layout: Layout | None = None  # the split over GPUs and nodes, where one was modelled
+    notes: tuple[str, ...] = ()  # what the layout's parts assumed, one line each
 
     @property
     def round_ms(self) -> float:
@@ -90,7 +96,7 @@ class Roofline:
     def deployment(self) -> Deployment:
         """The serving side this round was computed for (what :meth:`what_if` keeps)."""
         return Deployment(self.context, self.batch, self.components_ms["overhead"],
-                          self.draft_step_ms, self.overhead_source)
+                          self.draft_step_ms, self.overhead_source, self.layout)
 
     @property
     def compute_slack_ms(self) -> float:
@@ -112,7 +118,9 @@ class Roofline:
         if round(context) == self.context or context < 0:
             return self
         c = self.components_ms
-        kv = _ms(self.model.kv_bytes_per_token * context * self.batch, self.hardware)
+        kv_bytes = self.model.kv_bytes_per_token * context * self.batch
+        kv = (kv_bytes * kv_share(self.model, self.layout) / (self.hardware.bandwidth_gbs * 1e9)
+              * 1e3 * self.layout.pp) if self.layout else _ms(kv_bytes, self.hardware)
         memory = c["weights"] + kv + c["linear_state"]
         return replace(self, context=round(context), components_ms={
             **c, "kv_cache": kv, "compute": max(0.0, self.verify_compute_ms - memory)})
@@ -172,6 +180,12 @@ class Roofline:
             "draft_step_ms": self.draft_step_ms,
             "head_dtype": self.head_dtype,
             "overhead_source": self.overhead_source,
+            **({"layout": {"tp": self.layout.tp, "pp": self.layout.pp, "ep": self.layout.ep,
+                           "dp_attention": self.layout.dp_attention,
+                           "overlap": self.layout.overlap,
+                           "nodes": self.layout.nodes(self.hardware.gpus_per_node),
+                           "label": self.layout.label()},
+                "notes": list(self.notes)} if self.layout else {}),
         }
 
 
@@ -306,6 +320,13 @@ def compute_roofline(
     elif head_dtype is not None:
         head_dtype = dtypes.canonical_dtype(head_dtype, names["draft_dtype"])
     tokens = spec.verify_tokens * batch
+    layout = deployment.layout
+    if layout is None and hardware.count > hardware.gpus_per_node:
+        layout = Layout(tp=hardware.count)  # tensor parallelism across the nodes
+    if layout is not None:
+        return _at_layout(hardware, model, spec, draft_model, deployment, head_dtype, names,
+                          layout.checked(hardware.count, hardware.gpus_per_node,
+                                         model.n_experts, names["layout"]))
     v = _verify(hardware, model, tokens, context, batch)
     memory = v["weights"] + v["kv_cache"] + v["linear_state"]
     components = {
@@ -324,10 +345,36 @@ def compute_roofline(
                         model.dtype)))
 
 
+def _at_layout(hardware: Hardware, model: Model, spec: Speculation, draft_model: Model | None,
+               deployment: Deployment, head_dtype: str | None, names: Mapping[str, str],
+               layout: Layout) -> Roofline:
+    """The round at ``layout`` (:mod:`~pytest_specbound.physics.layout_round`): the slowest
+    GPU's parts; the drafter runs on the instance's TP group."""
+    context, batch = deployment.context, deployment.batch
+    tokens = spec.verify_tokens * batch
+    r = layout_round(hardware, model, layout, tokens, context, batch,
+                     hardware.tflops(model.dtype))
+    group = replace(hardware, count=layout.tp)
+    components = {**r.components_ms,
+                  "draft": _draft_ms(group, model, spec, draft_model, context, batch, names,
+                                     head_dtype) + draft_forwards(spec) * deployment.draft_step_ms,
+                  "overhead": deployment.overhead_ms}
+    memory = sum(r.components_ms[k] for k in ("weights", "kv_cache", "linear_state"))
+    return Roofline(hardware, model, spec, components,
+                    _bound(r.compute_total_ms, memory, components), context, batch, draft_model,
+                    deployment.draft_step_ms, deployment.overhead_source, head_dtype,
+                    r.compute_total_ms,
+                    _matmul_ms(group, model, 1, hardware.prefill_tflops(model.dtype)), layout,
+                    r.notes)
+
+
 def _bound(compute_total: float, memory: float, components: Mapping[str, float]) -> str:
     """What the round's time mostly is: the target's memory read or compute, or, where one of
-    them is larger, the allreduce, the drafter or the scheduler constant (a tiny model)."""
+    them is larger, the allreduce, the all-to-all, the pipeline's hand-offs, the drafter or the
+    scheduler constant (a tiny model)."""
     parts = {"memory": memory, "compute": compute_total, "allreduce": components["allreduce"],
+             "all-to-all": components.get("all_to_all", 0.0),
+             "pipeline hand-offs": components.get("pipeline", 0.0),
              "draft": components["draft"], "scheduler overhead": components["overhead"]}
     return max(parts, key=lambda k: parts[k])
 

@@ -1,4 +1,5 @@
-"""What a server runs: speculation, draft steps, TP size, dtype, slots, threads, eager mode.
+"""What a server runs: speculation, draft steps, its layout (TP, PP, EP, DP attention), dtype,
+slots, threads, eager mode.
 
 Read from the server where it reports them (llama-server ``/props`` and ``/slots``, SGLang and
 vLLM server info) and from its launch command where the server does not; every value keeps where
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 FIELDS = ("speculative", "method", "draft_steps", "draft_tokens", "tp_size", "dtype", "slots",
-          "threads", "eager")
+          "threads", "eager", "pp_size", "ep_size", "dp_size", "dp_attention", "group_tp")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,19 @@ class Served:
     slots: int | None = None  # sequences it serves at once (llama -np, vLLM --max-num-seqs)
     threads: int | None = None  # CPU servers: compute threads
     eager: bool | None = None  # CUDA graphs off
+    pp_size: int | None = None  # pipeline stages
+    ep_size: int | None = None  # GPUs the routed experts spread over (1: split by TP)
+    dp_size: int | None = None  # data-parallel attention ranks (or replicas)
+    dp_attention: bool | None = None  # attention data-parallel across the MoE group
+    # the GPUs of one pipeline stage as a layout's tp counts them (vLLM's TP x DP under expert
+    # parallelism; SGLang's and TensorRT-LLM's TP)
+    group_tp: int | None = None
+
+    @property
+    def instance_gpus(self) -> int | None:
+        """GPUs one instance runs on: the stage's group times its stages."""
+        group = self.group_tp if self.group_tp is not None else self.tp_size
+        return None if group is None else group * (self.pp_size or 1)
     sources: Mapping[str, str] = field(default_factory=dict)  # field -> where it was read
 
     def over(self, other: Served) -> Served:

@@ -41,6 +41,7 @@ class Script:
     api_key: str | None = None  # vLLM --api-key: /v1/* needs "Authorization: Bearer KEY"
     auth_all: bool = False  # a gateway in front: every route needs the key, /health too
     drafted: bool = True  # False: llama-server drafted nothing, and leaves draft_n out
+    server_info: dict[str, Any] = field(default_factory=dict)  # SGLang /server_info, over ours
 
     def draft_fields(self) -> dict[str, int]:
         """llama-server's per-request draft counters (absent where it drafted nothing)."""
@@ -277,7 +278,8 @@ class _Handler(BaseHTTPRequestHandler):
                         "model_path": f"/models/{self.s.model}.gguf"})
         elif fam == "sglang" and path == "/server_info":
             self._json({"version": "0.5.23", "tp_size": 1, "speculative_algorithm": "EAGLE3",
-                        "speculative_num_steps": 3, "internal_states": [{}]})
+                        "speculative_num_steps": 3, "internal_states": [{}],
+                        **self.s.server_info})
         elif fam in ("vllm", "trtllm") and path == "/version":
             self._json({"version": "0.34.0" if fam == "vllm" else "1.2.0"})
         elif fam == "tgi" and path == "/info":

@@ -116,19 +116,21 @@ SGLANG_METHODS = {"nextn": "mtp", "eagle": "eagle", "eagle3": "eagle3", "ngram":
                   "lookahead": "ngram", "standalone": "draft"}
 SGLANG_FLAGS = ("--speculative-algorithm", "--speculative-num-steps",
                 "--speculative-num-draft-tokens", "--tp-size", "--tp", "--dtype",
-                "--max-running-requests", "--disable-cuda-graph")
+                "--max-running-requests", "--disable-cuda-graph", "--pp-size", "--pp",
+                "--ep-size", "--ep", "--dp-size", "--dp", "--enable-dp-attention")
+SHORT_FLAGS = {"--tp": "--tp-size", "--pp": "--pp-size", "--ep": "--ep-size", "--dp": "--dp-size"}
 
 
 def _flag_pairs(argv: list[str], flags: tuple[str, ...]) -> dict[str, object]:
     out: dict[str, object] = {}
     for flag in flags:
-        if flag == "--disable-cuda-graph":
+        if flag in ("--disable-cuda-graph", "--enable-dp-attention"):
             if flag in argv:
                 out[flag] = True
             continue
         found = flag_value(argv, flag)
         if found:
-            out["--tp-size" if flag == "--tp" else flag] = found[0]
+            out[SHORT_FLAGS.get(flag, flag)] = found[0]
     return out
 
 
@@ -150,10 +152,19 @@ def _sglang_values(server: dict[str, object], prefix: str) -> dict[str, tuple[ob
                               "launch: no --speculative-algorithm")
     for key, name, shift in (("speculative_num_steps", "draft_steps", 0),
                              ("speculative_num_draft_tokens", "draft_tokens", -1),  # + the root
-                             ("tp_size", "tp_size", 0), ("max_running_requests", "slots", 0)):
+                             ("tp_size", "tp_size", 0), ("max_running_requests", "slots", 0),
+                             ("pp_size", "pp_size", 0), ("ep_size", "ep_size", 0),
+                             ("dp_size", "dp_size", 0)):
         n = num(key)
         if n is not None:
             out[name] = (n + shift, f"{prefix}{key} {n}")
+        elif prefix.startswith("launch") and key in ("pp_size", "ep_size"):
+            out[name] = (1, f"launch: no --{key.replace('_', '-')}")  # SGLang's default
+    attention = server.get("enable_dp_attention")
+    if isinstance(attention, bool):
+        out["dp_attention"] = (attention, f"{prefix}enable_dp_attention {attention}")
+    elif prefix.startswith("launch"):
+        out["dp_attention"] = (False, "launch: no --enable-dp-attention")
     if server.get("disable_cuda_graph") is True:
         out["eager"] = (True, f"{prefix}disable_cuda_graph")
     dtype = server.get("dtype")

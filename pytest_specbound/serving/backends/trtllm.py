@@ -54,6 +54,8 @@ class TRTLLM(Backend):
         values: dict[str, tuple[object, str]] = {
             "tp_size": int_flag(argv, "--tp_size", "--tensor_parallel_size"),
             "slots": int_flag(argv, "--max_batch_size"),
+            "pp_size": int_flag(argv, "--pp_size", "--pipeline_parallel_size"),
+            "ep_size": int_flag(argv, "--ep_size", "--moe_expert_parallel_size"),
         }
         config = flag_value(argv, "--config", "--extra_llm_api_options")
         spec: dict[str, str] = {}

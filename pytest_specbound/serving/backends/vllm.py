@@ -79,8 +79,11 @@ class VLLM(Backend):
         values: dict[str, tuple[object, str]] = {
             "tp_size": int_flag(argv, "-tp", "--tensor-parallel-size"),
             "slots": int_flag(argv, "--max-num-seqs"),
+            "pp_size": int_flag(argv, "-pp", "--pipeline-parallel-size"),
+            "dp_size": int_flag(argv, "-dp", "--data-parallel-size"),
         }
         values.update(_spec_values(spec, where))
+        values.update(_parallel_values(argv, values))
         if not spec and runs(argv, "vllm.entrypoints", "vllm"):
             values["speculative"] = (False, "launch: no --speculative-config")
         eager = has_flag(argv, "--enforce-eager")
@@ -119,4 +122,24 @@ def _spec_values(spec: dict[str, object], where: str) -> dict[str, tuple[object,
     n = spec.get("num_speculative_tokens")
     if isinstance(n, int):
         out["draft_steps"] = (n, f"{where} num_speculative_tokens {n}")
+    return out
+
+
+def _parallel_values(argv: list[str], values: dict[str, tuple[object, str]]
+                     ) -> dict[str, tuple[object, str]]:
+    """vLLM's expert parallelism: ``--enable-expert-parallel`` spreads the experts over TP x DP
+    GPUs, and its data-parallel ranks then run attention each for their own sequences."""
+    if not runs(argv, "vllm.entrypoints", "vllm"):
+        return {}
+    tp, dp = (int(str(values[k][0] or 1)) for k in ("tp_size", "dp_size"))
+    flag = has_flag(argv, "--enable-expert-parallel")
+    out: dict[str, tuple[object, str]] = {"pp_size": values["pp_size"] if values["pp_size"][0]
+                                           else (1, "launch: no --pipeline-parallel-size")}
+    if flag:
+        out["ep_size"] = (tp * dp, f"launch: {flag} (EP = TP x DP)")
+        out["dp_attention"] = (dp > 1, f"launch: {flag} with data-parallel size {dp}")
+        out["group_tp"] = (tp * dp, f"launch: TP {tp} x DP {dp} under {flag}")
+    else:
+        out["ep_size"] = (1, "launch: no --enable-expert-parallel")
+        out["dp_attention"] = (False, "launch: no --enable-expert-parallel")
     return out
