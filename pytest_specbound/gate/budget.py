@@ -25,13 +25,14 @@ from pytest_specbound.serving.backends import BACKENDS
 from pytest_specbound.serving.connect import ServerConfig
 
 TOP_KEYS = {"model", "speculative", "server", "classes", "hardware", "roofline", "no_speculation",
-            "parallel"}
+            "parallel", "telemetry"}
 MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
 SPEC_KEYS = {"method", "steps", "draft_tokens", "draft_model", "draft_dtype"}
 SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", "api_key_env",
                "host", "port", "env", "cwd", "model_id", "check_model", "check_settings", "ca_bundle"}
 ROOFLINE_KEYS = {"context", "overhead_ms", "draft_step_ms", "batch", "threads"}
 PARALLEL_KEYS = {"tp", "pp", "ep", "dp_attention", "overlap", "nodes"}
+TELEMETRY_KEYS = {"dcgm"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Budget:
     no_speculation: NoSpeculation | None = None  # the twin, where the budget names one
     layout: Layout | None = None  # [parallel]: one instance's split over GPUs
     nodes: int | None = None  # [parallel] nodes: the GPUs spread over that many
+    dcgm: tuple[str, ...] = ()  # [telemetry] dcgm: DCGM exporters' /metrics URLs, every node's
     # where each value was written (file:line: key, or the marker keyword), for errors at run
     # time: "server", "model", "draft_model", and compute_roofline's keys ("spec", "batch", ...)
     origins: Mapping[str, str] = field(default_factory=dict)
@@ -129,6 +131,7 @@ def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
                 for label, over in w.table(data, "hardware", required=False).items()}
     twin = parse_twin(w, data)
     layout, nodes = _parse_parallel(w, w.table(data, "parallel", required=False))
+    dcgm = _parse_telemetry(w, w.table(data, "telemetry", required=False))
     leveled = next((c for c in classes.values() if c.concurrency != (1,)), None)
     if "batch" in roof_t and leveled is not None:
         raise w.error("roofline", "batch", f"class '{leveled.name}' sets concurrency, which sets "
@@ -142,7 +145,7 @@ def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
         head_dtype=head_dtype,
         batch=int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1)),
         threads=_optional_int(w.number("roofline", roof_t, "threads", integer=True, low=1)),
-        sha256=sha256, no_speculation=twin, layout=layout, nodes=nodes,
+        sha256=sha256, no_speculation=twin, layout=layout, nodes=nodes, dcgm=dcgm,
         origins={"server": w.name("server", ""), "model": w.name("model", model_key),
                  "draft_model": w.name("speculative", "draft_model"),
                  "spec": w.name("speculative", "method"),
@@ -170,6 +173,19 @@ def _parse_parallel(w: Where, t: TomlTable) -> tuple[Layout | None, int | None]:
         return None, nodes
     return Layout(tp=int(sizes["tp"] or 0), pp=int(sizes["pp"] or 1), ep=int(sizes["ep"] or 1),
                   **flags), nodes
+
+
+def _parse_telemetry(w: Where, t: TomlTable) -> tuple[str, ...]:
+    """``[telemetry] dcgm = ["http://node-a:9400/metrics", ...]``: DCGM exporters to scrape."""
+    w.check_keys("telemetry", t, TELEMETRY_KEYS)
+    urls = t.get("dcgm", [])
+    if isinstance(urls, str):
+        urls = [urls]
+    if not isinstance(urls, list) or not all(
+            isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
+        raise w.error("telemetry", "dcgm", "a list of DCGM exporter URLs, e.g. "
+                      "[\"http://node-a:9400/metrics\"]")
+    return tuple(urls)
 
 
 def _parse_model(w: Where, model_t: TomlTable) -> tuple[ModelRef, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import cast
 
 from pytest_specbound.errors import ServerError
 from pytest_specbound.gate.budget import Budget
@@ -18,6 +19,7 @@ from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult, RooflineFigures
 from pytest_specbound.gate.rule import Look, SequentialRule
 from pytest_specbound.gate.verdict import Verdict, batching_hint
+from pytest_specbound.measure.dcgm import start_dcgm
 from pytest_specbound.measure.load import measure_at
 from pytest_specbound.measure.measurement import Measurement, Stop, Ttft
 from pytest_specbound.measure.prefill import level_roofline
@@ -40,6 +42,13 @@ def gpu_telemetry(hw: Hardware, server: Server) -> Telemetry | None:
     from pytest_specbound.measure.telemetry import in_process_group, start_telemetry
 
     return start_telemetry(in_process_group(server.process.pid) if server.process else None)
+
+
+def merged_telemetry(nvml: JSONObject | None, dcgm: JSONObject) -> JSONObject:
+    """NVML's GPUs (this host's) and the DCGM exporters' (every node's) in one summary."""
+    gpus = [g for part in (nvml or {}, dcgm) for g in cast(list[object], part.get("gpus") or [])]
+    notes = [str(n) for n in ((nvml or {}).get("note"), dcgm.get("note")) if n]
+    return {"gpus": gpus, **({"note": "; ".join(notes)} if notes else {})}
 
 
 def launched_command(server: Server, cfg: ServerConfig) -> str | None:
@@ -194,6 +203,7 @@ def sample(plan: ClassPlan, server: Server, backend: Backend, info: ServerInfo,
     if plan.cls.random is not None:
         prompts = random_built(plan, backend, server, info).prompts
     tele = gpu_telemetry(plan.hw, server)
+    dcgm = start_dcgm(plan.budget.dcgm) if plan.budget.dcgm else None
     telemetry: JSONObject | None = None
     try:
         m = measure_at(sampler, plan.concurrency,
@@ -201,6 +211,8 @@ def sample(plan: ClassPlan, server: Server, backend: Backend, info: ServerInfo,
                        Stopping(rule, plan.max_seconds), progress, info)
     finally:
         telemetry = tele.stop() if tele else None
+        if dcgm is not None:  # other nodes' GPUs (and this one's) through their exporters
+            telemetry = merged_telemetry(telemetry, dcgm.stop())
         if telemetry is None and plan.hw.name != "cpu":
             telemetry = {"note": "no GPU telemetry: nvidia-ml-py is not installed "
                                  "(pip install 'pytest-specbound[gpu]')"}

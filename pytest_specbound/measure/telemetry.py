@@ -169,10 +169,12 @@ def summarise(samples: list[dict[str, Any]],
 
 def findings(summary: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     """(kind, sentence) per finding that can explain a slower system; kind is ``throttle``,
-    ``process``, ``pcie``, ``ecc``, ``power_cap`` or ``mig``."""
+    ``process``, ``pcie``, ``ecc``, ``power_cap`` or ``mig``; each GPU named by its index, or
+    by its node and index where a DCGM exporter read it."""
     out: list[tuple[str, str]] = []
     for i, gpu in enumerate((summary or {}).get("gpus") or []):
         before = len(out)
+        where = str(gpu.get("where") or f"GPU {i}")  # a DCGM exporter's: its node too
         reasons = gpu.get("throttle") or {}
         why = " and ".join(f"{name} ({share:.0%} of samples)" for name, share in reasons.items())
         for clock, top in (("mem_clock_mhz", "mem_max_clock_mhz"), ("sm_clock_mhz", "sm_max_clock_mhz")):
@@ -181,26 +183,26 @@ def findings(summary: Mapping[str, Any] | None) -> list[tuple[str, str]]:
                 label = "memory" if clock.startswith("mem") else "SM"
                 cause = why or "no throttle reason reported"
                 out.append(("throttle", f"{label} clock {now:.0f} MHz, max {peak:.0f}: {cause} on "
-                                        f"GPU {i}"))
+                                        f"{where}"))
         if reasons and len(out) == before:
-            out.append(("throttle", f"clocks throttled on GPU {i}: {why}"))
+            out.append(("throttle", f"clocks throttled on {where}: {why}"))
         for p in gpu.get("other_processes") or []:
             out.append(("process", f"another process (pid {p['pid']}, {p['memory_gb']:.1f} GB) "
-                                   f"on GPU {i}"))
+                                   f"on {where}"))
         gen, width = gpu.get("pcie_gen"), gpu.get("pcie_width")
         max_gen, max_width = gpu.get("pcie_max_gen"), gpu.get("pcie_max_width")
         if gen and width and max_gen and max_width and (gen < max_gen or width < max_width):
             out.append(("pcie", f"PCIe link Gen{gen} x{width}, capable Gen{max_gen} x{max_width} "
-                                f"on GPU {i}: allreduce is slower than the roofline assumes"))
+                                f"on {where}: allreduce is slower than the roofline assumes"))
         if gpu.get("ecc_uncorrected_new"):
             out.append(("ecc", f"{gpu['ecc_uncorrected_new']} new uncorrected ECC errors on "
-                               f"GPU {i}"))
+                               f"{where}"))
         limit, default = gpu.get("power_limit_w"), gpu.get("power_default_w")
         if limit and default and limit < 0.95 * default:
             out.append(("power_cap", f"power limit {limit:.0f} W, default {default:.0f} W on "
-                                     f"GPU {i}"))
+                                     f"{where}"))
         if gpu.get("mig"):
-            out.append(("mig", f"MIG is enabled on GPU {i}: the roofline assumes the whole GPU"))
+            out.append(("mig", f"MIG is enabled on {where}: the roofline assumes the whole GPU"))
     return out
 
 
