@@ -12,6 +12,7 @@ from pytest_specbound._toml import TomlTable, decode_text, loads_toml
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.class_budget import CLASS_KEYS as CLASS_KEYS
 from pytest_specbound.gate.class_budget import LEVEL_TABLE, ClassBudget, parse_class
+from pytest_specbound.gate.disaggregated import Disaggregated, parse_disaggregated
 from pytest_specbound.gate.twin_table import NoSpeculation, parse_twin
 from pytest_specbound.gate.where import Where
 from pytest_specbound.physics.layout import Layout
@@ -25,7 +26,7 @@ from pytest_specbound.serving.backends import BACKENDS
 from pytest_specbound.serving.connect import ServerConfig
 
 TOP_KEYS = {"model", "speculative", "server", "classes", "hardware", "roofline", "no_speculation",
-            "parallel", "telemetry"}
+            "parallel", "telemetry", "disaggregated"}
 MODEL_KEYS = {"name", "config", "gguf", "dtype", "served_name"}
 SPEC_KEYS = {"method", "steps", "draft_tokens", "draft_model", "draft_dtype"}
 SERVER_KEYS = {"backend", "launch", "url", "ready_timeout_s", "read_timeout_s", "api_key_env",
@@ -70,6 +71,7 @@ class Budget:
     layout: Layout | None = None  # [parallel]: one instance's split over GPUs
     nodes: int | None = None  # [parallel] nodes: the GPUs spread over that many
     dcgm: tuple[str, ...] = ()  # [telemetry] dcgm: DCGM exporters' /metrics URLs, every node's
+    disaggregated: Disaggregated | None = None  # prefill and decode apart: the decode side's URL
     # where each value was written (file:line: key, or the marker keyword), for errors at run
     # time: "server", "model", "draft_model", and compute_roofline's keys ("spec", "batch", ...)
     origins: Mapping[str, str] = field(default_factory=dict)
@@ -132,6 +134,7 @@ def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
     twin = parse_twin(w, data)
     layout, nodes = _parse_parallel(w, w.table(data, "parallel", required=False))
     dcgm = _parse_telemetry(w, w.table(data, "telemetry", required=False))
+    split = parse_disaggregated(w, w.table(data, "disaggregated", required=False))
     leveled = next((c for c in classes.values() if c.concurrency != (1,)), None)
     if "batch" in roof_t and leveled is not None:
         raise w.error("roofline", "batch", f"class '{leveled.name}' sets concurrency, which sets "
@@ -146,6 +149,7 @@ def parse_budget(data: TomlTable, p: Path, text: str = "", sha256: str = "",
         batch=int(_default(w.number("roofline", roof_t, "batch", integer=True, low=1), 1)),
         threads=_optional_int(w.number("roofline", roof_t, "threads", integer=True, low=1)),
         sha256=sha256, no_speculation=twin, layout=layout, nodes=nodes, dcgm=dcgm,
+        disaggregated=split,
         origins={"server": w.name("server", ""), "model": w.name("model", model_key),
                  "draft_model": w.name("speculative", "draft_model"),
                  "spec": w.name("speculative", "method"),

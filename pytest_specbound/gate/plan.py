@@ -59,6 +59,7 @@ class ClassPlan:
     max_seconds: float | None
     comparisons: tuple[Comparison, ...] = ()  # the twin's, the last accepted run's
     workload: PromptSet | None = None  # how the prompt set was read (skips, turns)
+    prefill_roof: Roofline | None = None  # prefill and decode apart: the prefill side's round
 
     def new_rule(self) -> SequentialRule:
         p = self.rule
@@ -93,6 +94,10 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
 
         values.update(demo_models())
     cls = cls.at(concurrency)
+    prefill_roof = None
+    if budget.disaggregated is not None:  # the roofline is the decode side's own
+        hw, prefill_hw = budget.disaggregated.sides(hw)
+        prefill_roof = roofline_for(budget, prefill_hw, values)
     random = cls.random
     # random prompts: the KV read follows the asked lengths
     sized = replace(budget, context=random.mean_context) if random is not None else budget
@@ -121,7 +126,8 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
                         budget.origin(f"classes.{cls.name}.pin_accept"))
     return ClassPlan(budget, cls, hw, roof, server, values, concurrency, rule, prompts, warmup,
                      settings.max_seconds,
-                     workload=replace(workload, prompts=prompts) if workload else None)
+                     workload=replace(workload, prompts=prompts) if workload else None,
+                     prefill_roof=prefill_roof)
 
 
 def needs_demo(budget: Budget) -> bool:

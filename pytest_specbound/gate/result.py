@@ -179,6 +179,7 @@ class ClassResult:
     baseline: JSONObject | None = None  # the comparison with the last accepted run
     pin_accept: float | None = None  # the accept length the engine was pinned at
     workload: Mapping[str, Any] | None = None  # how the prompt set was read (PromptSet)
+    disaggregated: Mapping[str, Any] | None = None  # prefill and decode apart: each side
 
     def __getitem__(self, key: str) -> object:
         """The results-JSON view: ``result["decode_tok_s"]`` reads what the results file says
@@ -278,6 +279,7 @@ class ClassResult:
             "goodput": self.goodput, "tpot_percentile": self.tpot_percentile,
             "baseline": self.baseline, "pin_accept": self.pin_accept,
             "workload": dict(self.workload) if self.workload else None,
+            "disaggregated": dict(self.disaggregated) if self.disaggregated else None,
         }
 
     @classmethod
@@ -344,6 +346,7 @@ class ClassResult:
             goodput=_float(d, "goodput"), tpot_percentile=_float(d, "tpot_percentile"),
             baseline=_object(d, "baseline") or None, pin_accept=_float(d, "pin_accept"),
             workload=_object(d, "workload") or None,
+            disaggregated=_object(d, "disaggregated") or None,
         )
 
 

@@ -33,6 +33,7 @@ from pytest_specbound.serving.connect import ServerConfig
 from pytest_specbound.serving.records import JSONObject, ServerInfo
 from pytest_specbound.serving.server import Server
 from pytest_specbound.serving.settings import Served
+from pytest_specbound.serving.transport import Endpoint
 
 
 def gpu_telemetry(hw: Hardware, server: Server) -> Telemetry | None:
@@ -177,12 +178,25 @@ def with_log_cause(m: Measurement, server: Server) -> Measurement:
                                     for r in m.records))
 
 
+def decode_endpoint(plan: ClassPlan, server: Server) -> Endpoint:
+    """Where the server's counters and settings are read: the decode server where prefill and
+    decode run apart (the router in front reports neither), else the server itself."""
+    split = plan.budget.disaggregated
+    if split is None:
+        return server.endpoint
+    ep = server.endpoint
+    return Endpoint(split.decode_url, ep.key, ep.read_timeout_s, plan.server.ca_bundle,
+                    origin=split.origin)
+
+
 def checked_server(plan: ClassPlan, server: Server, backend: Backend) -> tuple[ServerInfo, Served]:
     """What the server serves and runs, checked against the budget (a mismatch is an error)."""
-    info = backend.info(server.endpoint)
+    at = decode_endpoint(plan, server)
+    info = backend.info(at)
     if plan.server.check_model:
         check_served_model(plan.budget, info, plan.roof)
-    served = backend.served(server.endpoint, info, launched_command(server, plan.server))
+    served = backend.served(at, info, launched_command(server, plan.server)
+                            if at is server.endpoint else None)
     found = mismatches(plan.budget, plan.hw, served) if plan.server.check_settings else []
     if found:
         raise ServerError("the server does not run what the budget describes: "
@@ -198,7 +212,8 @@ def sample(plan: ClassPlan, server: Server, backend: Backend, info: ServerInfo,
     sampled alongside. ``drafting``: the server said it speculates (a request it reports as
     drafting nothing then verified one token per step)."""
     sampler = Sampler(server.endpoint, backend, plan.server.model_id, plan.roof.max_accept,
-                      sampling=plan.cls.sampling, drafting=drafting)
+                      sampling=plan.cls.sampling, drafting=drafting,
+                      metrics_endpoint=decode_endpoint(plan, server))
     prompts = plan.prompts
     if plan.cls.random is not None:
         prompts = random_built(plan, backend, server, info).prompts
@@ -274,6 +289,12 @@ def judge_class(plan: ClassPlan, measured: Measured,
                    command=measured.command)
     if measured.workload is not None:
         base = replace(base, workload=measured.workload)
+    split = plan.budget.disaggregated
+    if split is not None and plan.prefill_roof is not None:
+        m = look.measurement
+        prompts = [r.prompt_tokens for r in m.ok if r.prompt_tokens]
+        base = replace(base, disaggregated=split.figures(prompts, plan.roof, plan.prefill_roof,
+                                                         m.ttft_ms().median))
     result = replace(running_result(base, look, plan, measured.started),
                      verdict=verdict, partial=False)
     for comparison in plan.comparisons:

@@ -232,4 +232,4 @@ def measure_at(sampler: Sampler, level: int, workload: Workload, stopping: Stopp
     if level == 1:
         return measure(sampler, workload, stopping, on_record, info=info)
     return measure_closed_loop(stream_samplers(sampler, level), workload, stopping, on_record,
-                               info=info, window=CounterWindow(sampler.backend, sampler.endpoint))
+                               info=info, window=CounterWindow(sampler.backend, sampler.metrics_endpoint))

@@ -123,8 +123,11 @@ class Sampler:
 
     def __init__(self, endpoint: Endpoint, backend: Backend, model: str | None = None,
                  max_accept: int = DEFAULT_MAX_ACCEPT, counters_per_request: bool = True,
-                 sampling: Sampling = GREEDY, drafting: bool | None = None) -> None:
+                 sampling: Sampling = GREEDY, drafting: bool | None = None,
+                 metrics_endpoint: Endpoint | None = None) -> None:
         self.endpoint = endpoint
+        # where the counters are read: the server itself (the decode side behind a router)
+        self.metrics_endpoint = metrics_endpoint or endpoint
         self.sampling = sampling
         self.drafting = drafting  # the server said it speculates (its settings, its launch)
         self.backend = backend
@@ -139,7 +142,7 @@ class Sampler:
 
     def _scrape(self) -> dict[str, float] | None:
         try:
-            return self.backend.scrape(self.endpoint)
+            return self.backend.scrape(self.metrics_endpoint)
         except RequestError:
             return None
 

@@ -88,6 +88,12 @@ def workload_lines(results: Sequence[ClassResult]) -> list[str]:
     return out
 
 
+def split_lines(results: Sequence[ClassResult]) -> list[str]:
+    """Per class and level with prefill and decode apart: which side each figure is from."""
+    return [f"{r.label}: " + "; ".join(str(n) for n in r.disaggregated.get("notes") or ())
+            for r in results if r.disaggregated]
+
+
 def speedup_lines(results: Sequence[ClassResult]) -> list[str]:
     """Per class: the base without speculation, where the speedup crosses 1, and the measured
     cost per draft forward at each level."""
@@ -191,6 +197,7 @@ def terminal(results: Sequence[ClassResult]) -> str:
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) for row in body]
     out += [f"note: {line}" for line in notes(results)]
     out += workload_lines(results)
+    out += split_lines(results)
     out += speedup_lines(results)
     out += slo_lines(results)
     out += baseline_lines(results)
@@ -205,7 +212,8 @@ def markdown(results: Sequence[ClassResult]) -> str:
     out += [f"\n- note: {line}" if i == 0 else f"- note: {line}"
             for i, line in enumerate(notes(results))]
     out += [f"\n- {line}" if i == 0 else f"- {line}"
-            for i, line in enumerate(workload_lines(results) + speedup_lines(results)
+            for i, line in enumerate(workload_lines(results) + split_lines(results)
+                                     + speedup_lines(results)
                                      + slo_lines(results)
                                      + baseline_lines(results))]
     for r in results:
