@@ -11,7 +11,14 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from pytest_specbound.physics.anchors import Anchor, anchors, by_source, step_predictions
+from pytest_specbound.physics.anchors import (
+    Anchor,
+    anchors,
+    by_source,
+    kind,
+    step_predictions,
+    two_part_predictions,
+)
 
 GAP_TARGET = 0.15
 
@@ -58,7 +65,34 @@ def predictions_table(rows: list[Anchor]) -> None:
                   f"{p.measured_efficiency:>8.2f} {err:>+6.2f}")
     if errors:
         print(f"{len(errors)} rows predicted; efficiency error median "
-              f"{statistics.median(errors):.2f}, worst {max(errors):.2f}")
+              f"{statistics.median(errors):.2f}, worst {max(errors):.2f}; within 0.05: "
+              f"{sum(e <= 0.05 for e in errors)}/{len(errors)}")
+
+
+def two_part_table(rows: list[Anchor]) -> None:
+    """The cost with a fixed part per drafting round and a part per forward, fitted on each
+    method's two fewest-step chains (one, with the fixed part assumed 0, where a source ran
+    one chain), predicting the others; errors per kind."""
+    print()
+    print("two-part cost (fixed per drafting round + per forward), fitted on the two fewest-step")
+    print("chains of a method, predicting its other rows (a tree's extra nodes assumed free):")
+    print(f"{'source, model, dtype':<36} {'kind':<6} {'fitted on':<40} {'row':<12} "
+          f"{'predicted':>9} {'measured':>8} {'error':>6}")
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    for s in by_source(rows):
+        for p in two_part_predictions(s):
+            err = p.predicted_efficiency - p.measured_efficiency
+            by_kind[kind(p.row)].append(abs(err))
+            print(f"{p.source:<36} {kind(p.row):<6} {p.fitted_on:<40} "
+                  f"{p.row.roofline.spec.label:<12} {p.predicted_efficiency:>9.2f} "
+                  f"{p.measured_efficiency:>8.2f} {err:>+6.2f}")
+    errors = [e for es in by_kind.values() for e in es]
+    if errors:
+        parts = ", ".join(f"{k} {sum(e <= 0.05 for e in es)}/{len(es)}"
+                          for k, es in by_kind.items())
+        print(f"{len(errors)} rows predicted; within 0.05: {sum(e <= 0.05 for e in errors)}/"
+              f"{len(errors)} ({parts}); median error {statistics.median(errors):.2f}, worst "
+              f"{max(errors):.2f}")
 
 
 def layout_table(rows: list[Anchor]) -> None:
@@ -118,6 +152,7 @@ def main() -> None:
                   f"{min(effs):.2f}-{max(effs):.2f} against {s.baseline.efficiency:.2f} without "
                   "speculation")
     predictions_table(rows)
+    two_part_table(rows)
     layout_table(rows)
     top = max(a.efficiency for a in rows)
     print()

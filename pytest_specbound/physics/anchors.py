@@ -179,3 +179,72 @@ def step_predictions(s: SourceFidelity) -> list[StepPrediction]:
             out.append(StepPrediction(s.label, method, fit.roofline.spec.label, cost, a,
                                       predicted))
     return out
+
+
+@dataclass(frozen=True)
+class DraftCost:
+    """An engine's cost of drafting above the roofline, per round: a fixed part per drafting
+    round (launching the draft phase, gathering its tokens) and a part per draft forward, as
+    engines amortise a draft phase. ``how`` says what it was fitted on."""
+
+    fixed_ms: float
+    per_forward_ms: float
+    how: str
+
+    def extra_ms(self, forwards: int) -> float:
+        return self.fixed_ms + self.per_forward_ms * forwards if forwards else 0.0
+
+
+def kind(a: Anchor) -> str:
+    """chain, tree (verifies more tokens than it drafts steps) or block (DFlash)."""
+    spec = a.roofline.spec
+    if spec.method == "dflash":
+        return "block"
+    return "tree" if spec.draft_tokens > spec.steps else "chain"
+
+
+def fit_draft_cost(fit: list[Anchor], excess: float) -> DraftCost:
+    """From the two fewest-step chains of a method: both parts (a negative slope is not
+    physics: then the mean, all fixed); from one row: all per forward, the fixed part assumed 0."""
+    from pytest_specbound.physics.roofline import draft_forwards
+
+    points = [(draft_forwards(a.roofline.spec), _round_ms(a) - a.roofline.round_ms - excess)
+              for a in fit]
+    if len(points) >= 2 and points[1][0] != points[0][0]:
+        (f1, e1), (f2, e2) = points[:2]
+        slope = (e2 - e1) / (f2 - f1)
+        if slope >= 0:
+            return DraftCost(e1 - slope * f1, slope,
+                             f"{fit[0].roofline.spec.label} and {fit[1].roofline.spec.label}")
+        return DraftCost((e1 + e2) / 2, 0.0, f"{fit[0].roofline.spec.label} and "
+                         f"{fit[1].roofline.spec.label} (slope below 0: all fixed)")
+    f1, e1 = points[0]
+    return DraftCost(0.0, e1 / f1, f"{fit[0].roofline.spec.label} (fixed part assumed 0)")
+
+
+def two_part_predictions(s: SourceFidelity) -> list[StepPrediction]:
+    """Per method: the two-part cost fitted on its two fewest-step chains, every other row
+    predicted (a tree's extra nodes assumed free: the verify's own cost is in the roofline)."""
+    from pytest_specbound.physics.roofline import draft_forwards
+
+    base = s.baseline
+    excess = _round_ms(base) - base.roofline.round_ms
+    out = []
+    for method in dict.fromkeys(a.roofline.spec.method for a in s.speculative):
+        rows = [a for a in s.speculative if a.roofline.spec.method == method
+                and draft_forwards(a.roofline.spec) > 0]
+        if len({(a.roofline.spec.steps, a.roofline.spec.draft_tokens) for a in rows}) < 2:
+            continue
+        chains = sorted((a for a in rows if kind(a) == "chain"),
+                        key=lambda a: a.roofline.spec.steps)
+        fit = chains[:2] if len(chains) >= 3 or (len(chains) == 2 and len(rows) > 2) \
+            else (chains[:1] or [min(rows, key=lambda a: a.roofline.spec.steps)])
+        cost = fit_draft_cost(fit, excess)
+        for a in rows:
+            if any(a is f for f in fit):
+                continue
+            floor = a.roofline.round_ms
+            predicted = floor / (floor + excess + cost.extra_ms(draft_forwards(a.roofline.spec)))
+            out.append(StepPrediction(s.label, method, cost.how, cost.per_forward_ms, a,
+                                      predicted))
+    return out

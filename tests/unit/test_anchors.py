@@ -52,3 +52,40 @@ def test_draft_cost_fitted_on_one_step_count_predicts_every_other():
     for s in sources:
         for p in step_predictions(s):
             assert 0 < p.predicted_efficiency <= 1.0 and p.cost_ms > 0, p
+
+
+def test_the_two_part_draft_cost_recovers_an_engine_that_amortises_its_draft_phase():
+    """Rows made by an engine paying 0.8 ms per drafting round plus 0.3 ms per forward above
+    the roofline: fitted on its two fewest-step chains, the others are predicted exactly, where
+    a cost per forward alone (fitted on the fewest) comes out pessimistic for longer chains."""
+    from dataclasses import replace
+
+    from pytest_specbound.physics.anchors import (
+        SourceFidelity,
+        evaluate,
+        step_predictions,
+        two_part_predictions,
+    )
+
+    def row(spec: str | None, accept: float = 1.0) -> dict:
+        r = {"source": "synthetic", "group": "g", "hw": "h100", "model": "llama-3.1-8b",
+             "tok_s": 1.0, "accept": accept}
+        if spec:
+            r["spec"] = spec
+        return r
+
+    def made(spec: str | None, accept: float) -> object:
+        a = evaluate(row(spec, accept))
+        steps = a.roofline.spec.steps if spec else 0
+        round_ms = a.roofline.round_ms + 1.0 + (0.8 + 0.3 * steps if steps else 0.0)
+        return replace(a, row={**a.row, "tok_s": accept / round_ms * 1e3})
+
+    base = made(None, 1.0)
+    chains = [made(f"eagle3:{k}", 1.5 + 0.3 * k) for k in (1, 2, 3, 5, 8)]
+    source = SourceFidelity("g", base, chains)  # type: ignore[arg-type]
+    two = two_part_predictions(source)
+    assert [p.row.roofline.spec.steps for p in two] == [3, 5, 8]
+    assert all(abs(p.predicted_efficiency - p.measured_efficiency) < 1e-9 for p in two)
+    one = step_predictions(source)
+    assert all(p.predicted_efficiency < p.measured_efficiency - 0.005 for p in one
+               if p.row.roofline.spec.steps >= 5)
