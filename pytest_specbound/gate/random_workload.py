@@ -9,6 +9,7 @@ from pytest_specbound.measure.random_prompts import Built, RandomPrompts, build
 from pytest_specbound.serving.tokenizers import (
     ApproximateTokenizer,
     LlamaServerTokenizer,
+    RouteTokenizer,
     VllmTokenizer,
 )
 from pytest_specbound.serving.transport import Endpoint
@@ -24,10 +25,10 @@ def pool_text() -> str:
 
 
 def server_tokenizer(backend: str, endpoint: Endpoint, model: str | None
-                     ) -> LlamaServerTokenizer | VllmTokenizer | ApproximateTokenizer:
+                     ) -> RouteTokenizer | ApproximateTokenizer:
     """The server's own tokenizer where its routes answer; else the stated estimate."""
     names = {"vllm": "vLLM", "sglang": "SGLang"}
-    tokenizer: LlamaServerTokenizer | VllmTokenizer = (
+    tokenizer: RouteTokenizer = (
         LlamaServerTokenizer(endpoint) if backend == "llamacpp"
         else VllmTokenizer(endpoint, model, names.get(backend, backend)))
     try:

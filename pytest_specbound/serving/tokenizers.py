@@ -16,10 +16,29 @@ from pytest_specbound.serving.transport import Endpoint
 CHARS_PER_TOKEN = 4.0  # the estimate where the server cannot count (as for conversations)
 
 
-class LlamaServerTokenizer:
-    """llama-server: ``/tokenize`` (``add_special`` adds the BOS a completion gets)."""
+class RouteTokenizer:
+    """A server's tokenize and detokenize routes: ``count`` includes the tokens the server adds
+    to every completion's prompt (a BOS), ``ids`` leaves them out."""
 
     exact = True
+    source = "the server's /tokenize"
+
+    def _tokens(self, text: str, special: bool) -> list[int]:
+        raise NotImplementedError
+
+    def count(self, text: str) -> int:
+        return len(self._tokens(text, True))
+
+    def ids(self, text: str) -> list[int]:
+        return self._tokens(text, False)
+
+    def text(self, ids: list[int]) -> str:
+        raise NotImplementedError
+
+
+class LlamaServerTokenizer(RouteTokenizer):
+    """llama-server: ``/tokenize`` (``add_special`` adds the BOS a completion gets)."""
+
     source = "llama-server's /tokenize"
 
     def __init__(self, endpoint: Endpoint) -> None:
@@ -29,22 +48,14 @@ class LlamaServerTokenizer:
         got = self.endpoint.post_json("/tokenize", {"content": text, "add_special": special})
         return _ids(got, "tokens", "/tokenize")
 
-    def count(self, text: str) -> int:
-        return len(self._tokens(text, True))
-
-    def ids(self, text: str) -> list[int]:
-        return self._tokens(text, False)
-
     def text(self, ids: list[int]) -> str:
         got = self.endpoint.post_json("/detokenize", {"tokens": ids})
         return _text(got, "content", "/detokenize")
 
 
-class VllmTokenizer:
+class VllmTokenizer(RouteTokenizer):
     """vLLM (and SGLang): ``/tokenize`` adds the special tokens a completion gets unless told
     not to; ``/detokenize`` gives the text back."""
-
-    exact = True
 
     def __init__(self, endpoint: Endpoint, model: str | None, server: str = "vLLM") -> None:
         self.endpoint, self.model = endpoint, model
@@ -57,12 +68,6 @@ class VllmTokenizer:
         got = self.endpoint.post_json("/tokenize", self._body(prompt=text,
                                                               add_special_tokens=special))
         return _ids(got, "tokens", "/tokenize")
-
-    def count(self, text: str) -> int:
-        return len(self._tokens(text, True))
-
-    def ids(self, text: str) -> list[int]:
-        return self._tokens(text, False)
 
     def text(self, ids: list[int]) -> str:
         got = self.endpoint.post_json("/detokenize", self._body(tokens=ids))

@@ -40,12 +40,9 @@ class ForwardProxy:
             threading.Thread(target=self._handle, args=(client,), daemon=True).start()
 
     def _handle(self, client: socket.socket) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = client.recv(65536)
-            if not chunk:
-                return
-            data += chunk
+        data = read_head(client)
+        if data is None:
+            return
         line, _, rest = data.partition(b"\r\n")
         method, target, version = line.decode().split(" ")
         self.seen.append(f"{method} {target}")
@@ -55,6 +52,17 @@ class ForwardProxy:
         upstream.sendall(f"{method} {path} {version}\r\n".encode() + rest)
         threading.Thread(target=_pipe, args=(client, upstream), daemon=True).start()
         _pipe(upstream, client)
+
+
+def read_head(client: socket.socket) -> bytes | None:
+    """The request's bytes up to the end of its headers (and what came with them)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = client.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    return data
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:

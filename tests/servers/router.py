@@ -6,46 +6,26 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Any
 
-from tests.servers.proxy import _pipe
+from tests.servers.proxy import ForwardProxy, _pipe, read_head
 
 ROUTER_METRICS = (b"# HELP router_requests_total Requests routed.\n"
                   b"# TYPE router_requests_total counter\nrouter_requests_total 1\n")
 
 
-class Router:
+class Router(ForwardProxy):
+    """Pipes every request to ``upstream_port`` but /metrics and /server_info, which it answers
+    as a router does (its own counters; no server info)."""
+
     def __init__(self, upstream_port: int) -> None:
+        super().__init__()
         self.upstream_port = upstream_port
-        self.sock = socket.create_server(("127.0.0.1", 0))
         self.routed: list[str] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def __enter__(self) -> Router:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.sock.close()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(client,), daemon=True).start()
 
     def _handle(self, client: socket.socket) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = client.recv(65536)
-            if not chunk:
-                return
-            data += chunk
+        data = read_head(client)
+        if data is None:
+            return
         path = data.split(b" ", 2)[1].decode()
         if path.startswith(("/metrics", "/server_info", "/get_server_info")):
             body = ROUTER_METRICS if path.startswith("/metrics") else b"{}"
