@@ -24,6 +24,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         Sampler,
         Stopping,
         Workload,
+        requests_sent,
     )
     from pytest_specbound.physics.speculative import parse_speculation
     from pytest_specbound.serving.connect import ServerConfig, open_server
@@ -50,7 +51,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
         if random is not None:  # built with the server's own tokenizer
             from pytest_specbound.gate.random_workload import random_prompts
 
-            built = random_prompts(random, args.samples + args.concurrency * (args.warmup + 1),
+            built = random_prompts(random, requests_sent(args.samples, args.concurrency,
+                                                         args.warmup),
                                    backend.name, server.endpoint, args.model_id,
                                    info.model_path or args.url or "launched")
             say(built.note())

@@ -21,6 +21,7 @@ from pytest_specbound.gate.twin_table import NoSpeculation
 from pytest_specbound.measure.lengths import class_seed, with_lengths
 from pytest_specbound.measure.prompt_sets import PromptSet, select
 from pytest_specbound.measure.prompts import load_set
+from pytest_specbound.measure.sampler import requests_sent
 from pytest_specbound.physics.hardware import Hardware, matched_to_server, server_threads
 from pytest_specbound.physics.models import Model, load_model
 from pytest_specbound.physics.overheads import overhead_for
@@ -116,7 +117,7 @@ def plan_class(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Setting
     warmup = cls.warmup if cls.warmup is not None else settings.warmup
     if cls.output_lengths is not None and prompts:  # the same draws in every run of the class
         prompts = with_lengths(prompts, cls.output_lengths,
-                               rule.max_samples + concurrency * (warmup + 1),
+                               requests_sent(rule.max_samples, concurrency, warmup),
                                class_seed(f"{budget.path.name}::{cls.name}"))
     server = server_config(budget, settings)
     if cls.pin_accept is not None:

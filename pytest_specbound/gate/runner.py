@@ -24,7 +24,7 @@ from pytest_specbound.measure.load import measure_at
 from pytest_specbound.measure.measurement import Measurement, Stop, Ttft
 from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.random_prompts import Built
-from pytest_specbound.measure.sampler import Sampler, Stopping, Workload
+from pytest_specbound.measure.sampler import Sampler, Stopping, Workload, requests_sent
 from pytest_specbound.measure.telemetry import Telemetry, findings
 from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.physics.roofline import Roofline
@@ -145,11 +145,12 @@ def measure_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> 
     try:
         with exclusive_measurement(measurement_identity(plan.server),
                                    f"{plan.what} ({worker_label()})", say):
-            info, served = checked_server(plan, server, backend)
+            at = decode_endpoint(plan, server)
+            info, served = checked_server(plan, server, backend, at)
             workload = workload_of(plan, backend, server, info)
             base = replace(base, served=served.to_json(), workload=workload)
             m, telemetry = sample(plan, server, backend, info, rule, progress,
-                                  served.speculative)
+                                  served.speculative, at)
     except KeyboardInterrupt:  # before sampling began (lock, info, warm-up): say so too
         if not last.interrupted:
             progress(replace(last, stop=Stop.INTERRUPTED, stopped="interrupted",
@@ -189,9 +190,11 @@ def decode_endpoint(plan: ClassPlan, server: Server) -> Endpoint:
                     origin=split.origin)
 
 
-def checked_server(plan: ClassPlan, server: Server, backend: Backend) -> tuple[ServerInfo, Served]:
-    """What the server serves and runs, checked against the budget (a mismatch is an error)."""
-    at = decode_endpoint(plan, server)
+def checked_server(plan: ClassPlan, server: Server, backend: Backend,
+                   at: Endpoint | None = None) -> tuple[ServerInfo, Served]:
+    """What the server serves and runs (read at ``at``: :func:`decode_endpoint`), checked
+    against the budget (a mismatch is an error)."""
+    at = at or decode_endpoint(plan, server)
     info = backend.info(at)
     if plan.server.check_model:
         check_served_model(plan.budget, info, plan.roof)
@@ -206,14 +209,15 @@ def checked_server(plan: ClassPlan, server: Server, backend: Backend) -> tuple[S
 
 
 def sample(plan: ClassPlan, server: Server, backend: Backend, info: ServerInfo,
-           rule: SequentialRule, progress: Progress, drafting: bool | None = None
-           ) -> tuple[Measurement, JSONObject | None]:
+           rule: SequentialRule, progress: Progress, drafting: bool | None = None,
+           at: Endpoint | None = None) -> tuple[Measurement, JSONObject | None]:
     """The requests themselves (one stream, or a closed loop at the level), GPU telemetry
     sampled alongside. ``drafting``: the server said it speculates (a request it reports as
-    drafting nothing then verified one token per step)."""
+    drafting nothing then verified one token per step); ``at``: where its counters are read
+    (:func:`decode_endpoint`)."""
     sampler = Sampler(server.endpoint, backend, plan.server.model_id, plan.roof.max_accept,
                       sampling=plan.cls.sampling, drafting=drafting,
-                      metrics_endpoint=decode_endpoint(plan, server))
+                      metrics_endpoint=at or decode_endpoint(plan, server))
     prompts = plan.prompts
     if plan.cls.random is not None:
         prompts = random_built(plan, backend, server, info).prompts
@@ -240,7 +244,7 @@ def random_built(plan: ClassPlan, backend: Backend, server: Server, info: Server
 
     spec = plan.cls.random
     assert spec is not None
-    count = plan.rule.max_samples + plan.concurrency * (plan.warmup + 1)
+    count = requests_sent(plan.rule.max_samples, plan.concurrency, plan.warmup)
     model_key = info.model_path or (info.models[0] if info.models else server.endpoint.base_url)
     return random_prompts(spec, count, backend.name, server.endpoint, plan.server.model_id,
                           model_key)
@@ -252,13 +256,7 @@ def workload_of(plan: ClassPlan, backend: Backend, server: Server, info: ServerI
     prompts' lengths and how the server counted them)."""
     if plan.cls.random is None:
         return plan.workload.to_json() if plan.workload else None
-    spec, built = plan.cls.random, random_built(plan, backend, server, info)
-    return {"random": {"input": spec.input, "output": spec.output, "range": spec.range,
-                       "prefix": spec.prefix, "seed": spec.seed},
-            "prompts": len(built.prompts), "tokenizer": built.source, "exact": built.exact,
-            "input_tokens_worst_miss": round(built.worst_miss, 4),
-            "asked_input_tokens": list(built.asked), "counted_input_tokens": list(built.counted),
-            "notes": [spec.describe(), built.note()]}
+    return random_built(plan, backend, server, info).to_json()
 
 
 def judge_class(plan: ClassPlan, measured: Measured,

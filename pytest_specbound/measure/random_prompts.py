@@ -136,6 +136,7 @@ class Built:
     counted: tuple[int, ...]  # what the tokenizer counts for each prompt's text
     source: str
     exact: bool
+    spec: RandomPrompts | None = None  # what was asked
 
     @property
     def worst_miss(self) -> float:
@@ -147,6 +148,17 @@ class Built:
         how = "counted by" if self.exact else "estimated with"
         return (f"{len(self.prompts)} prompts, input lengths {how} {self.source}: within "
                 f"{self.worst_miss:.1%} of those asked")
+
+    def to_json(self) -> dict[str, object]:
+        """What a result keeps of how its prompts were made (its ``workload``)."""
+        spec = self.spec
+        asked = {"random": {"input": spec.input, "output": spec.output, "range": spec.range,
+                            "prefix": spec.prefix, "seed": spec.seed}} if spec else {}
+        return {**asked, "prompts": len(self.prompts), "tokenizer": self.source,
+                "exact": self.exact, "input_tokens_worst_miss": round(self.worst_miss, 4),
+                "asked_input_tokens": list(self.asked),
+                "counted_input_tokens": list(self.counted),
+                "notes": [*([spec.describe()] if spec else []), self.note()]}
 
 
 def build(spec: RandomPrompts, tokenizer: Tokenizer, count: int, pool_text: str) -> Built:
@@ -172,7 +184,7 @@ def build(spec: RandomPrompts, tokenizer: Tokenizer, count: int, pool_text: str)
         asked.append(spec.prefix + n_in)
         counted.append(n)
     return Built(tuple(prompts), tuple(asked), tuple(counted), tokenizer.source,
-                 tokenizer.exact)
+                 tokenizer.exact, spec)
 
 
 def _fitted(tokenizer: Tokenizer, ids: list[int], target: int, pool: list[int],

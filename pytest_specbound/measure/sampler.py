@@ -279,6 +279,12 @@ class Collector:
                            counters_restarted=self.counters_restarted)
 
 
+def requests_sent(samples: int, concurrency: int, warmup: int) -> int:
+    """The most prompts one measurement sends: its counted samples, and each stream's warm-up
+    requests plus the one it may have in flight when sampling stops."""
+    return samples + concurrency * (warmup + 1)
+
+
 @dataclass(frozen=True)
 class Workload:
     """What to send: ``prompts`` round-robin, each up to ``max_tokens`` output tokens (a prompt's

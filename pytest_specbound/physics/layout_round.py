@@ -31,7 +31,6 @@ class LayoutRound:
     components_ms: dict[str, float]
     compute_total_ms: float
     notes: tuple[str, ...]
-    gpu_bytes: float  # what the slowest GPU reads per stage (weights, KV, state)
 
 
 def _read_ms(num_bytes: float, hw: Hardware) -> float:
@@ -44,6 +43,12 @@ def kv_share(model: Model, layout: Layout) -> float:
     if layout.dp_attention or not model.latent_kv:
         return 1 / (layout.tp * layout.pp)
     return 1 / layout.pp
+
+
+def kv_ms(hw: Hardware, model: Model, layout: Layout, context: float, batch: int) -> float:
+    """The KV cache one GPU reads per round at ``layout`` (its share, each stage in turn)."""
+    kv = model.kv_bytes_per_token * context * batch * kv_share(model, layout)
+    return _read_ms(kv, hw) * layout.pp
 
 
 def allreduce_ms(hw: Hardware, tp: int, message: float) -> tuple[float, str]:
@@ -90,15 +95,16 @@ def layout_round(hw: Hardware, model: Model, layout: Layout, tokens: int, contex
                          f"(mean {local * p_hit:.1f}): its read sets the round")
         else:
             stage_bytes += model.moe_layers / pp * n * p_hit * model.expert_bytes / tp
-    kv = model.kv_bytes_per_token * context * batch * kv_share(model, layout)
+    kv_round_ms = kv_ms(hw, model, layout, context, batch)
     if model.latent_kv and not layout.dp_attention and tp > 1:
         notes.append(f"KV: the MLA latent cache is kept whole on each of the {tp} TP ranks "
                      "(DP attention would split it by sequence)")
     state = model.state_bytes * batch / (tp * pp)
-    weights_ms, kv_ms, state_ms = (_read_ms(b, hw) for b in (stage_bytes, kv, state))
+    weights_ms, state_ms = _read_ms(stage_bytes, hw), _read_ms(state, hw)
+    kv_stage_ms = kv_round_ms / pp
     compute_ms = 2 * model.active_params * tokens / (tflops * 1e12 * tp * pp) * 1e3 \
         if tflops else 0.0
-    memory_ms = weights_ms + kv_ms + state_ms
+    memory_ms = weights_ms + kv_stage_ms + state_ms
     # allreduces: attention's and each dense MLP's (none under DP attention), and a MoE layer's
     # where its experts are also split by TP
     message = model.hidden * tokens * ACTIVATION_BYTES
@@ -114,7 +120,7 @@ def layout_round(hw: Hardware, model: Model, layout: Layout, tokens: int, contex
     allreduce = count * one
     if how and count:
         notes.append(how)
-    components = {"weights": weights_ms * pp, "kv_cache": kv_ms * pp,
+    components = {"weights": weights_ms * pp, "kv_cache": kv_round_ms,
                   "linear_state": state_ms * pp,
                   "compute": max(0.0, compute_ms - memory_ms) * pp,
                   "allreduce": allreduce * pp}
@@ -144,4 +150,4 @@ def layout_round(hw: Hardware, model: Model, layout: Layout, tokens: int, contex
         notes.append(f"PP{pp}: a round crosses its {pp} stages one after another (each GPU reads "
                      f"1/{pp} of the layers, the round reads them all), with {pp - 1} hand-offs "
                      f"of {hop * 1e3:.0f} us ({HANDOFF_LATENCY_US:g} us a hop [assumed])")
-    return LayoutRound(components, compute_ms * pp, tuple(notes), stage_bytes + kv + state)
+    return LayoutRound(components, compute_ms * pp, tuple(notes))

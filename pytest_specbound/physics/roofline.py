@@ -17,7 +17,7 @@ from pytest_specbound.physics.allreduce import allreduce_us
 from pytest_specbound.physics.geometry import Model
 from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.physics.layout import Layout
-from pytest_specbound.physics.layout_round import kv_share, layout_round
+from pytest_specbound.physics.layout_round import kv_ms, layout_round
 from pytest_specbound.physics.speculative import Speculation
 
 ORIGIN_KEYS = ("spec", "draft_model", "draft_dtype", "batch", "context", "overhead_ms",
@@ -118,9 +118,8 @@ class Roofline:
         if round(context) == self.context or context < 0:
             return self
         c = self.components_ms
-        kv_bytes = self.model.kv_bytes_per_token * context * self.batch
-        kv = (kv_bytes * kv_share(self.model, self.layout) / (self.hardware.bandwidth_gbs * 1e9)
-              * 1e3 * self.layout.pp) if self.layout else _ms(kv_bytes, self.hardware)
+        kv = kv_ms(self.hardware, self.model, self.layout, context, self.batch) if self.layout \
+            else _ms(self.model.kv_bytes_per_token * context * self.batch, self.hardware)
         memory = c["weights"] + kv + c["linear_state"]
         return replace(self, context=round(context), components_ms={
             **c, "kv_cache": kv, "compute": max(0.0, self.verify_compute_ms - memory)})
