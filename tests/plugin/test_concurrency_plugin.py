@@ -17,9 +17,16 @@ def fake_slots() -> Iterator[FakeServer]:
         yield srv
 
 
+# The fake's truth is about 0.78 of the roofline at every level on a quiet box, but its threads
+# and the client's share two cores: at concurrency 4 on a loaded CI runner it read 0.54, within
+# the sampling interval of 0.5. The levels are the subject here, so the floor sits well below.
+MIN_EFFICIENCY = 0.3
+
+
 def gate(pytester, url, extra: str, *args):
     (pytester.path / "budgets").mkdir(exist_ok=True)
-    (pytester.path / "budgets" / "gate.toml").write_text(budget_text(url, extra=extra))
+    (pytester.path / "budgets" / "gate.toml").write_text(
+        budget_text(url, min_eff=MIN_EFFICIENCY, extra=extra))
     return pytester.runpytest("--specbound-hw=h100", "--specbound-samples=6",
                               "--specbound-json=out/results.json", *args)
 
@@ -78,7 +85,7 @@ def test_a_marker_with_levels_is_one_test_per_level(pytester_env, fake_vllm):
     pytester_env.makepyfile(f"""
 import pytest
 
-@pytest.mark.specbound(prompt_class="chat", accept=(3.5, 4.0), min_efficiency=0.5,
+@pytest.mark.specbound(prompt_class="chat", accept=(3.5, 4.0), min_efficiency={MIN_EFFICIENCY},
                        model="llama-3.1-8b", speculative="eagle3:3", max_tokens=41,
                        concurrency=[1, 3],
                        server={{"url": "{fake_vllm.url}", "backend": "vllm",
