@@ -35,8 +35,9 @@ def vllm_server(model, logs, per_request: bool) -> Server:
             "--speculative-config", spec]
     if per_request:
         argv += ["--per-request-spec-decode-metrics", "summary"]
+    # VLLM_SERVER_DEV_MODE=1: /server_info dumps the engine config (the layout it runs)
     env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+           "TOKENIZERS_PARALLELISM": "false", "VLLM_SERVER_DEV_MODE": "1"}
     return start_server(LaunchSpec(argv, env=env), Readiness(VLLM.ready_paths, 400), logs, name="vllm")
 
 
@@ -220,8 +221,8 @@ def test_concurrency_one_and_four(server, tiny_llama):
 
 
 def test_settings_cross_check_names_both(server, tiny_llama, tmp_path):
-    """The budget says ngram:2; this vLLM runs 3 speculative tokens (its launch command says so,
-    and its counters agree: draft tokens per draft)."""
+    """The budget says ngram:2; this vLLM runs 3 speculative tokens (its /server_info and its
+    launch command say so)."""
     import shlex
 
     from pytest_specbound.gate.budget import load_budget
@@ -237,8 +238,46 @@ def test_settings_cross_check_names_both(server, tiny_llama, tmp_path):
     path.write_text(f'[model]\nconfig = "{tiny_llama}/config.json"\n[speculative]\n'
                     'method = "ngram"\nsteps = 2\n[server]\nurl = "http://x:1"\n[classes.chat]\n')
     found = mismatches(load_budget(path), parse_hardware("cpu"), served)
+    # in dev mode the server's own config is read before its launch command
     assert found == [f"budget says ngram:2 ({path}:4: speculative.method); the server runs 3 "
-                     "draft steps (launch: --speculative-config num_speculative_tokens 3)"]
+                     "draft steps (/server_info speculative_config num_speculative_tokens 3)"]
+    from_launch = backend.served_from_launch(shlex.split(launch))
+    assert from_launch.draft_steps == 3 and from_launch.sources["draft_steps"] == \
+        "launch: --speculative-config num_speculative_tokens 3"
+
+
+def test_an_attached_vllm_says_its_layout_and_another_budget_fails_setup(server, tiny_llama,
+                                                                         pytester):
+    """Attached by URL there is no launch command to read: this vLLM's own /server_info (dev
+    mode) says what it runs, n-gram with 3 tokens on TP 1, PP 1, no expert parallelism, eager.
+    A budget laid out for TP 2 on two GPUs then fails setup naming both, before measuring."""
+    from tests.conftest import PYTESTER_INI
+
+    srv, per_request = server
+    if not per_request:
+        pytest.skip("once per server is enough: the per-request server runs it")
+    backend = VLLM()
+    served = backend.served(srv.endpoint, backend.info(srv.endpoint), None)
+    assert (served.method, served.draft_steps, served.eager) == ("ngram", 3, True), served
+    assert (served.tp_size, served.pp_size, served.dp_size, served.ep_size) == (1, 1, 1, 1)
+    assert served.sources["tp_size"] == "/server_info parallel_config tensor_parallel_size 1"
+    pytester.makeini(PYTESTER_INI)
+    (pytester.path / "budgets").mkdir()
+    (pytester.path / "budgets" / "tp2.toml").write_text(
+        f'[model]\nconfig = "{tiny_llama}/config.json"\nserved_name = "{tiny_llama}"\n'
+        '[speculative]\nmethod = "ngram"\nsteps = 3\n'
+        f'[server]\nbackend = "vllm"\nurl = "{srv.url}"\n[parallel]\ntp = 2\n'
+        '[classes.chat]\nmax_tokens = 16\naccept = [1, 4]\nmin_efficiency = 0.01\n')
+    result = pytester.runpytest("--specbound-hw=h200x2", "budgets/", "--specbound-json=r.json")
+    out = result.stdout.str()
+    result.assert_outcomes(failed=1)
+    assert "the server does not run what the budget describes" in out, out
+    assert "hardware h200x2 has 2 GPUs; the server runs TP 1 (/server_info parallel_config " \
+           "tensor_parallel_size 1)" in out, out
+    assert "budget says TP2 (" in out and "the server runs TP 1 (/server_info" in out, out
+    # nothing was measured: the server kept its counters for the other tests' deltas
+    (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
+    assert not r.get("requests"), r
 
 
 def test_sampling_changes_the_accept_length_and_it_is_measured(server, tiny_llama):

@@ -42,6 +42,10 @@ class Script:
     auth_all: bool = False  # a gateway in front: every route needs the key, /health too
     drafted: bool = True  # False: llama-server drafted nothing, and leaves draft_n out
     server_info: dict[str, Any] = field(default_factory=dict)  # SGLang /server_info, over ours
+    # vLLM with VLLM_SERVER_DEV_MODE=1: the engine config its /server_info dumps (None: no route);
+    # text_config: an older vLLM that gives str(vllm_config) whatever config_format asks
+    vllm_config: dict[str, Any] | None = None
+    text_config: bool = False
 
     def draft_fields(self) -> dict[str, int]:
         """llama-server's per-request draft counters (absent where it drafted nothing)."""
@@ -52,6 +56,18 @@ class Script:
     @property
     def completion_tokens(self) -> int:
         return 1 + sum(self.steps)
+
+
+def vllm_config_text(config: dict[str, Any]) -> str:
+    """vLLM's ``str(VllmConfig)``: one line of ``key=value`` pairs (vllm/config/vllm.py)."""
+    model, parallel = config.get("model_config", {}), config.get("parallel_config", {})
+    return (f"model={model.get('model', 'm')!r}, "
+            f"speculative_config={config.get('speculative_config')!r}, "
+            f"dtype={model.get('dtype', 'torch.bfloat16')}, max_seq_len=2048, "
+            f"tensor_parallel_size={parallel.get('tensor_parallel_size', 1)}, "
+            f"pipeline_parallel_size={parallel.get('pipeline_parallel_size', 1)}, "
+            f"data_parallel_size={parallel.get('data_parallel_size', 1)}, "
+            f"decode_context_parallel_size=1, enforce_eager={model.get('enforce_eager', False)}")
 
 
 class Counters:
@@ -280,6 +296,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._json({"version": "0.5.23", "tp_size": 1, "speculative_algorithm": "EAGLE3",
                         "speculative_num_steps": 3, "internal_states": [{}],
                         **self.s.server_info})
+        elif fam == "vllm" and path.split("?")[0] == "/server_info" and self.s.vllm_config:
+            as_json = "config_format=json" in path and not self.s.text_config
+            config = self.s.vllm_config if as_json else vllm_config_text(self.s.vllm_config)
+            self._json({"vllm_config": config, "vllm_env": {"VLLM_SERVER_DEV_MODE": "1"},
+                        "system_env": {}})
         elif fam in ("vllm", "trtllm") and path == "/version":
             self._json({"version": "0.34.0" if fam == "vllm" else "1.2.0"})
         elif fam == "tgi" and path == "/info":

@@ -215,3 +215,80 @@ def test_pipeline_stages_count_towards_the_gpus():
 
     served = get_backend("vllm").served_from_launch(argv_of("vllm serve m -tp 4 -pp 2"))
     assert served.instance_gpus == 8 and served.pp_size == 2
+
+
+def vllm_config(tp: int, dp: int = 1, expert: bool = False) -> dict:
+    """The parts of vLLM's ``/server_info?config_format=json`` dump the layout is read from."""
+    return {"model_config": {"model": "deepseek-ai/DeepSeek-R1", "enforce_eager": False},
+            "parallel_config": {"tensor_parallel_size": tp, "pipeline_parallel_size": 1,
+                                "data_parallel_size": dp, "enable_expert_parallel": expert,
+                                "world_size": tp},
+            "speculative_config": {"method": "mtp", "num_speculative_tokens": 3}}
+
+
+@pytest.mark.parametrize(("config", "text", "found"), [
+    (vllm_config(8), False,
+     ["the server runs EP 1 (/server_info parallel_config enable_expert_parallel false)",
+      "the server runs no DP attention (/server_info parallel_config enable_expert_parallel "
+      "false, data_parallel_size 1)"]),
+    (vllm_config(1, dp=8, expert=True), False, []),
+    # an older vLLM's one-line config names the sizes, not expert parallelism
+    (vllm_config(4), True,
+     ["the server runs TP 4 (/server_info vllm_config tensor_parallel_size=4)"]),
+])
+def test_an_attached_vllm_says_its_layout_in_dev_mode(tmp_path, config, text, found):
+    """Attached by URL, a vLLM with VLLM_SERVER_DEV_MODE=1 dumps its engine config at
+    /server_info: its TP, PP, DP and expert parallelism are read from there, no launch needed."""
+    from pytest_specbound.serving.backends import get_backend
+    from pytest_specbound.serving.transport import Endpoint
+    from tests.servers.fake import FakeServer, Script
+
+    b, path = budget(tmp_path, "ep = 8\ndp_attention = true", "x", "vllm")
+    vllm = get_backend("vllm")
+    with FakeServer("vllm", Script(vllm_config=config, text_config=text)) as fake:
+        endpoint = Endpoint(fake.url)
+        served = vllm.served(endpoint, vllm.info(endpoint), None)
+    assert served.method == ("mtp" if not text else None)
+    got = [m.split("; ", 1)[1] for m in mismatches(b, parse_hardware("h200x8"), served)
+           if m.startswith(f"budget says TP8 EP8 DP attention ({path}:")]
+    assert got == found
+
+
+def test_a_vllm_without_dev_mode_leaves_the_layout_to_its_launch(tmp_path):
+    from pytest_specbound.serving.backends import get_backend
+    from pytest_specbound.serving.transport import Endpoint
+    from tests.servers.fake import FakeServer, Script
+
+    vllm = get_backend("vllm")
+    with FakeServer("vllm", Script()) as fake:
+        endpoint = Endpoint(fake.url)
+        attached = vllm.served(endpoint, vllm.info(endpoint), None)
+        launched = vllm.served(endpoint, vllm.info(endpoint), "vllm serve m --port 8000")
+    assert attached.tp_size is None and attached.instance_gpus is None
+    # vLLM's defaults, where the launch leaves the flags out: a forgotten -tp is a TP 1 server
+    assert (launched.tp_size, launched.pp_size, launched.ep_size) == (1, 1, 1)
+    assert launched.sources["tp_size"] == "launch: no --tensor-parallel-size"
+    found = mismatches_for(tmp_path, "vllm", "vllm serve m --port 8000", "h200x2")
+    assert found == ["hardware h200x2 has 2 GPUs; the server runs TP 1 "
+                     "(launch: no --tensor-parallel-size)"]
+
+
+@pytest.mark.parametrize(("backend", "launch", "source"), [
+    ("sglang", "python -m sglang.launch_server --model-path m", "launch: no --tp-size"),
+    ("trtllm", "trtllm-serve m --port 8000", "launch: no --tp_size"),
+])
+def test_other_servers_defaults_are_a_single_gpu(tmp_path, backend, launch, source):
+    assert mismatches_for(tmp_path, backend, launch, "h200x2") == [
+        f"hardware h200x2 has 2 GPUs; the server runs TP 1 ({source})"]
+
+
+def mismatches_for(tmp_path, backend: str, launch: str, hw: str) -> list[str]:
+    """What the settings check says of a server launched so, for a budget with no layout."""
+    from pytest_specbound.serving.backends import get_backend
+    from pytest_specbound.serving.settings import argv_of
+
+    path = tmp_path / "plain.toml"
+    path.write_text(f'[model]\nname = "llama-3.1-8b"\n[server]\nbackend = "{backend}"\n'
+                    f"launch = '{launch}'\n[classes.chat]\n")
+    served = get_backend(backend).served_from_launch(argv_of(launch))
+    return mismatches(load_budget(path), parse_hardware(hw), served)

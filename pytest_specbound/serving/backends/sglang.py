@@ -158,7 +158,7 @@ def _sglang_values(server: dict[str, object], prefix: str) -> dict[str, tuple[ob
         n = num(key)
         if n is not None:
             out[name] = (n + shift, f"{prefix}{key} {n}")
-        elif prefix.startswith("launch") and key in ("pp_size", "ep_size"):
+        elif prefix.startswith("launch") and key in ("tp_size", "pp_size", "ep_size"):
             out[name] = (1, f"launch: no --{key.replace('_', '-')}")  # SGLang's default
     attention = server.get("enable_dp_attention")
     if isinstance(attention, bool):

@@ -57,6 +57,11 @@ class TRTLLM(Backend):
             "pp_size": int_flag(argv, "--pp_size", "--pipeline_parallel_size"),
             "ep_size": int_flag(argv, "--ep_size", "--moe_expert_parallel_size"),
         }
+        if runs(argv, "trtllm-serve"):  # its defaults where the launch leaves them out (its
+            # expert-parallel default follows the model and TP: left unknown)
+            for key, flag in (("tp_size", "--tp_size"), ("pp_size", "--pp_size")):
+                if values[key][0] is None:
+                    values[key] = (1, f"launch: no {flag}")
         config = flag_value(argv, "--config", "--extra_llm_api_options")
         spec: dict[str, str] = {}
         if config:

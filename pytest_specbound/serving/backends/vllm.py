@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -95,15 +96,70 @@ class VLLM(Backend):
         return Served.of(values)
 
     def served_from_server(self, endpoint: Endpoint, info: ServerInfo) -> Served:
-        spec = dict(info.speculative or {})  # /server_info (VLLM_SERVER_DEV_MODE=1 only)
-        return Served.of(_spec_values(spec, "/server_info speculative_config")) if spec else Served()
+        config = _server_config(endpoint)
+        values = _config_values(config)
+        spec = dict(info.speculative or {})
+        if spec:
+            values.update(_spec_values(spec, f"{SERVER_INFO} speculative_config"))
+        return Served.of(values)
 
     def info(self, endpoint: Endpoint) -> ServerInfo:
         version = endpoint.get_json("/version") or {}
-        server = endpoint.get_json("/server_info") or {}  # VLLM_SERVER_DEV_MODE=1 only
-        spec = (server.get("vllm_config") or {}).get("speculative_config")
+        config = _server_config(endpoint)
+        spec = config.get("speculative_config") if isinstance(config, dict) else None
         return with_info(super().info(endpoint), version.get("version"),
                          spec if isinstance(spec, dict) else None)
+
+
+SERVER_INFO = "/server_info"  # served with VLLM_SERVER_DEV_MODE=1 only
+
+
+def _server_config(endpoint: Endpoint) -> dict[str, Any] | str | None:
+    """vLLM's engine config from ``/server_info``: its JSON dump where the server takes
+    ``config_format=json``, else the one-line text older servers give (None without dev mode)."""
+    server = endpoint.get_json(f"{SERVER_INFO}?config_format=json")
+    config = server.get("vllm_config") if isinstance(server, dict) else None
+    return config if isinstance(config, (dict, str)) else None
+
+
+_TEXT_SIZES = re.compile(r"\b(tensor|pipeline|data)_parallel_size=(\d+)")
+
+
+def _config_values(config: dict[str, Any] | str | None) -> dict[str, tuple[object, str]]:
+    """The layout vLLM runs, from its own config: TP, PP and DP sizes and expert parallelism
+    (EP = TP x DP when enabled, its DP ranks then running attention each for their own
+    sequences), and eager mode."""
+    if isinstance(config, str):  # the text form names the three sizes, not expert parallelism
+        sizes = {kind: int(n) for kind, n in _TEXT_SIZES.findall(config)}
+        names = {"tensor": "tp_size", "pipeline": "pp_size", "data": "dp_size"}
+        return {names[k]: (n, f"{SERVER_INFO} vllm_config {k}_parallel_size={n}")
+                for k, n in sizes.items()}
+    if not isinstance(config, dict):
+        return {}
+    parallel = config.get("parallel_config")
+    out: dict[str, tuple[object, str]] = {}
+    if isinstance(parallel, dict):
+        where = f"{SERVER_INFO} parallel_config"
+        sizes = {}
+        for key, field in (("tp_size", "tensor_parallel_size"),
+                           ("pp_size", "pipeline_parallel_size"),
+                           ("dp_size", "data_parallel_size")):
+            value = parallel.get(field)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                sizes[key] = value
+                out[key] = (value, f"{where} {field} {value}")
+        expert = parallel.get("enable_expert_parallel")
+        if isinstance(expert, bool) and "tp_size" in sizes:
+            tp, dp = sizes["tp_size"], sizes.get("dp_size", 1)
+            said = f"{where} enable_expert_parallel {str(expert).lower()}"
+            out["ep_size"] = (tp * dp if expert else 1, said)
+            out["dp_attention"] = (expert and dp > 1, said + f", data_parallel_size {dp}")
+            if expert:
+                out["group_tp"] = (tp * dp, said + f" (TP {tp} x DP {dp})")
+    model = config.get("model_config")
+    if isinstance(model, dict) and model.get("enforce_eager") is True:
+        out["eager"] = (True, f"{SERVER_INFO} model_config enforce_eager true")
+    return out
 
 
 VLLM_METHODS = {"ngram": "ngram", "eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp",
@@ -133,8 +189,10 @@ def _parallel_values(argv: list[str], values: dict[str, tuple[object, str]]
         return {}
     tp, dp = (int(str(values[k][0] or 1)) for k in ("tp_size", "dp_size"))
     flag = has_flag(argv, "--enable-expert-parallel")
-    out: dict[str, tuple[object, str]] = {"pp_size": values["pp_size"] if values["pp_size"][0]
-                                           else (1, "launch: no --pipeline-parallel-size")}
+    out: dict[str, tuple[object, str]] = {
+        key: values[key] if values[key][0] else (1, f"launch: no {flag}")  # vLLM's defaults
+        for key, flag in (("tp_size", "--tensor-parallel-size"),
+                          ("pp_size", "--pipeline-parallel-size"))}
     if flag:
         out["ep_size"] = (tp * dp, f"launch: {flag} (EP = TP x DP)")
         out["dp_attention"] = (dp > 1, f"launch: {flag} with data-parallel size {dp}")
