@@ -1,4 +1,4 @@
-"""``specbound``: roofline, hw, measure, calibrate, report, compare, history. Errors are one
+"""``specbound``: roofline, hw, measure, calibrate, plan-spec, report, compare, history. Errors are one
 line, exit status 2."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 from pytest_specbound.cli.calibrate import add_calibrate
 from pytest_specbound.cli.catalogs import add_hw, add_models
 from pytest_specbound.cli.measure import add_measure
+from pytest_specbound.cli.plan_spec import add_plan_spec
 from pytest_specbound.cli.report import add_report
 from pytest_specbound.cli.roofline import add_roofline
 from pytest_specbound.cli.runs import add_runs
@@ -18,7 +19,7 @@ from pytest_specbound.errors import SpecboundError
 
 # each adds its subcommand's parser, in the order ``specbound --help`` lists them
 SUBCOMMANDS: list[Callable[[Any], None]] = [add_roofline, add_hw, add_models, add_measure,
-                                            add_calibrate, add_report, add_runs]
+                                            add_calibrate, add_plan_spec, add_report, add_runs]
 
 
 def build_parser() -> argparse.ArgumentParser:

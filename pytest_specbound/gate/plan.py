@@ -225,6 +225,8 @@ def server_config(budget: Budget, settings: Settings) -> ServerConfig:
         cfg = replace(cfg, launch=settings.launch, url=None)
     if settings.ca_bundle:
         cfg = replace(cfg, ca_bundle=settings.ca_bundle)
+    if cfg.launch and "{steps}" in cfg.launch:  # the budget's own step count (plan-spec sets others)
+        cfg = replace(cfg, launch=cfg.launch.replace("{steps}", str(budget.speculation.steps)))
     if not cfg.url and not cfg.launch:
         raise ConfigError(f"{budget.origin('server')}: no server to measure: give a launch command or "
                           "a url (or pass --specbound-url / set SPECBOUND_URL)")

@@ -1,0 +1,149 @@
+"""The speculation plan against a brute-force sweep, side by side on one real server: every K in
+the range launched and measured at every level (as ``vllm bench sweep`` does it), then
+``specbound plan-spec`` (the twin, two step counts, one confirmation). Per level it prints the
+sweep's best K and speedup, the plan's K and the sweep's own speedup there, their ratio, and the
+launches and requests each took.
+
+    python bench/spec_plan_sweep.py --server llama [--steps 1-11] [--levels 1,4]
+    python bench/spec_plan_sweep.py --server vllm  [--steps 1-11] [--levels 1,4]
+
+llama: llama-server with the CPU demo's models (a 0.2 GB target whose verify grows with K on
+the CPU, a small draft model) and a synthetic acceptance per position (``--spec-synth-rates``,
+position i accepted with probability 0.92 x 0.82^(i-1)), the drafting real. vllm: the CPU
+wheel with a tiny local llama and n-gram lookup on repetitive prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RATES = ",".join(f"{0.92 * 0.82 ** i:.3f}" for i in range(16))
+
+
+def llama_budget(folder: Path) -> Path:
+    from pytest_specbound.physics.demo import demo_models
+
+    models = demo_models(folder)
+    target, draft = models["demo_gguf"], models["demo_draft_gguf"]
+    launch = (f"{{llama_server}} -m {target} -md {draft} --spec-type draft-simple "
+              f"--spec-draft-n-max 3 --spec-synth-rates {RATES} --host {{host}} --port {{port}} "
+              "-t 1 -c 8192 -np 4 --metrics")
+    path = folder / "plan-llama.toml"
+    path.write_text(f"""
+[model]
+gguf = "{target}"
+[speculative]
+method = "draft"
+steps = 3
+draft_model = "{draft}"
+[server]
+backend = "llamacpp"
+launch = "{launch}"
+ready_timeout_s = 120
+[roofline]
+context = 300
+[classes.coding]
+prompts = "coding"
+max_tokens = 64
+resolution = 0.1
+""")
+    return path
+
+
+def vllm_budget(folder: Path) -> Path:
+    from tests.servers.hf_models import write_tiny_llama
+
+    model = write_tiny_llama(folder / "tiny-llama")
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})
+    launch = (f"{sys.executable} -m vllm.entrypoints.openai.api_server --model {model} "
+              "--host {host} --port {port} --enforce-eager --max-model-len 2048 "
+              f"--speculative-config '{spec}'")
+    path = folder / "plan-vllm.toml"
+    path.write_text(f"""
+[model]
+config = "{model}/config.json"
+served_name = "{model}"
+[speculative]
+method = "ngram"
+steps = 3
+[server]
+backend = "vllm"
+launch = '''{launch}'''
+ready_timeout_s = 400
+env = {{HF_HUB_OFFLINE = "1", VLLM_CPU_KVCACHE_SPACE = "1", TOKENIZERS_PARALLELISM = "false"}}
+[classes.repetitive]
+prompts = "repetitive"
+max_tokens = 64
+resolution = 0.1
+""")
+    return path
+
+
+def main() -> None:
+    from pytest_specbound.cli.plan_spec import steps_range
+    from pytest_specbound.gate.budget import load_budget
+    from pytest_specbound.gate.pool import ServerPool
+    from pytest_specbound.gate.settings import resolve
+    from pytest_specbound.gate.spec_sweep import PlanAsk, against_sweep, plan_spec, sweep
+    from pytest_specbound.physics.hardware import parse_hardware
+    from pytest_specbound.report.spec_plan import render_plan
+    from pytest_specbound.values import levels_text
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", choices=("llama", "vllm"), default="llama")
+    parser.add_argument("--steps", type=steps_range, default=tuple(range(1, 12)))
+    parser.add_argument("--measure", default="2,8")
+    parser.add_argument("--levels", default="1,4")
+    parser.add_argument("--samples", default="16")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="spec-plan-"))
+    path = (llama_budget if args.server == "llama" else vllm_budget)(folder)
+    budget = load_budget(path)
+    name = next(iter(budget.classes))
+    levels = levels_text(args.levels)
+    hw = parse_hardware("cpu")
+    settings = resolve({"specbound_samples": args.samples}, {}, lambda _: None)
+
+    def say(line: str) -> None:
+        print(f"  {line}", file=sys.stderr)
+
+    pool, own = ServerPool(folder / "sweep"), ServerPool(folder / "plan")  # no shared twin
+    try:
+        started = time.monotonic()
+        points, launches, requests = sweep(budget, name, hw, settings, pool, args.steps, levels,
+                                           say)
+        sweep_s = time.monotonic() - started
+        started = time.monotonic()
+        k1, k2 = (int(x) for x in args.measure.split(","))
+        plan = plan_spec(budget, hw, settings, own,
+                         PlanAsk(name, (k1, k2), tuple(args.steps), tuple(levels)), say)
+        plan_s = time.monotonic() - started
+    finally:
+        pool.close()
+        own.close()
+    print(render_plan(plan))
+    print(f"{'level':>5}  {'sweep K':>7}  {'speedup':>7}  {'plan K':>6}  {'sweep there':>11}  "
+          f"{'ratio':>6}  sweep tells them apart")
+    for row in against_sweep(plan, points):
+        print(f"{row.concurrency:>5}  {row.sweep_k:>7}  {row.sweep_speedup:>6.2f}x  "
+              f"{row.plan_k:>6}  {row.plan_speedup:>10.2f}x  {row.ratio:>6.3f}  "
+              f"{'no' if row.indistinct else 'yes'}")
+    print(f"sweep: {launches} launches, {requests} requests, {sweep_s:.0f} s; plan: "
+          f"{plan.launches} launches ({plan.launches / launches:.2f} of the sweep's), "
+          f"{plan.requests} requests ({plan.requests / requests:.2f}), {plan_s:.0f} s")
+    for k in sorted(points):
+        rates = ", ".join(f"c{c} {m.rate:.1f} (accept {m.accept:.2f})"
+                          for c, m in sorted(points[k].items()))
+        print(f"sweep K={k}: {rates}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""``specbound plan-spec``'s measuring side: one budget class launched at given draft step counts
+(and its twin without speculation), each measured at every level until its decode rate is known
+to half the resolution; the plan (gate/spec_plan.py) from the twin and two step counts, and the
+recommended K measured once more. :func:`sweep` measures every K instead, to hold the plan
+against (bench/spec_plan_sweep.py, the real-server tests)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from statistics import NormalDist, stdev
+
+from pytest_specbound.errors import ConfigError
+from pytest_specbound.gate.budget import Budget
+from pytest_specbound.gate.plan import plan_class, server_config
+from pytest_specbound.gate.pool import ServerPool
+from pytest_specbound.gate.result import ClassResult
+from pytest_specbound.gate.runner import Hooks, judge_class, measure_class
+from pytest_specbound.gate.settings import Settings
+from pytest_specbound.gate.spec_plan import (
+    CONFIDENCE,
+    Confirmation,
+    LevelPlan,
+    Measured,
+    RoundModel,
+    predict_level,
+)
+from pytest_specbound.gate.twins import Twins
+from pytest_specbound.physics.hardware import Hardware
+from pytest_specbound.physics.roofline import draft_forwards
+from pytest_specbound.physics.speculative import Speculation
+
+Say = Callable[[str], None]
+
+
+def at_steps(budget: Budget, steps: int, settings: Settings) -> Budget:
+    """The budget drafting ``steps`` tokens a round: its speculation and its launch command
+    (chains only: a tree's width is the server's to choose per K)."""
+    from pytest_specbound.serving.steps import with_steps
+
+    spec = budget.speculation
+    if spec.method == "none":
+        raise ConfigError(f"{budget.origin('spec')}: the budget runs no speculation: nothing "
+                          "to plan")
+    if spec.draft_tokens != spec.steps:
+        raise ConfigError(f"{budget.origin('spec')}: {spec.label} is a tree: plan-spec varies "
+                          "a chain's step count")
+    cfg = server_config(budget, settings)
+    if not cfg.launch:
+        raise ConfigError(f"{budget.origin('server')}: plan-spec launches the server at each "
+                          "step count: give a launch command, not a url")
+    launch = with_steps(cfg.launch, cfg.backend, steps, budget.origin("server") + ".launch")
+    return replace(budget, speculation=Speculation(spec.method, steps, steps),
+                   server=replace(cfg, launch=launch))
+
+
+def units(spec: Speculation, steps: int) -> int:
+    """What the draft cost's slope counts at ``steps``: draft forwards, or for a lookup
+    drafter (no forwards) the tokens it drafts."""
+    at = Speculation(spec.method, steps, steps)
+    return draft_forwards(at) or steps
+
+
+def measured_from(result: ClassResult, steps: int,
+                  confidence: float = CONFIDENCE) -> Measured:
+    """A measured step count from its class result: the per-user decode rate and accept length
+    with their intervals (the mean of the timed requests' own, normal), and the acceptance per
+    draft position where the server counted it (vLLM's per-request histogram)."""
+    timed = [q for q in result.timed if q.decode_s > 0 and q.decode_tokens > 0]
+    if not timed or result.decode_tok_s is None:
+        raise ConfigError(f"{result.class_name} at K={steps}: no request was timed")
+    rate = result.decode_tok_s
+    accept = result.accept_length or 1.0
+    rates = [q.decode_tokens / q.decode_s for q in timed]
+    accepts = [q.accept_length for q in timed if q.accept_length is not None]
+    return Measured(steps, rate, _interval(rate, rates, confidence), accept,
+                    _interval(accept, accepts, confidence) if accepts else (accept, accept),
+                    confidence, _positions(result, steps, accept))
+
+
+def _interval(mid: float, values: Sequence[float], confidence: float) -> tuple[float, float]:
+    if len(values) < 2:
+        return mid, mid
+    half = NormalDist().inv_cdf(0.5 + confidence / 2) * stdev(values) / math.sqrt(len(values))
+    return mid - half, mid + half
+
+
+def _positions(result: ClassResult, steps: int, accept: float) -> tuple[float, ...]:
+    """Unconditional acceptance of positions 1..K per round, from vLLM's per-request
+    ``acceptance_histogram`` (rounds by accepted count), scaled to the measured accept length
+    (a round that drafted nothing still counts as a round)."""
+    total = [0] * (steps + 1)
+    for q in result.timed:
+        metrics = (q.server or {}).get("metrics")
+        spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+        hist = spec.get("acceptance_histogram") if isinstance(spec, dict) else None
+        if isinstance(hist, list) and len(hist) == steps + 1:
+            total = [t + int(h) for t, h in zip(total, hist, strict=True)]
+    rounds = sum(total)
+    if rounds == 0:
+        return ()
+    tail = [sum(total[i:]) / rounds for i in range(1, steps + 1)]
+    scale = (accept - 1.0) / sum(tail) if sum(tail) > 0 else 0.0
+    return tuple(min(1.0, p * scale) for p in tail)
+
+
+@dataclass
+class SpecPlan:
+    """The plan of one class: per level, every K's prediction and the recommendation; the
+    launches and requests it took."""
+
+    budget: str
+    class_name: str
+    hardware: str
+    measured_steps: tuple[int, ...]
+    steps: tuple[int, ...]
+    levels: list[LevelPlan] = field(default_factory=list)
+    launches: int = 0
+    requests: int = 0
+    commands: dict[int, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {"budget": self.budget, "class": self.class_name, "hardware": self.hardware,
+                "measured_steps": list(self.measured_steps), "steps": list(self.steps),
+                "launches": self.launches, "requests": self.requests,
+                "commands": {str(k): v for k, v in sorted(self.commands.items())},
+                "levels": [lv.to_json() for lv in self.levels]}
+
+
+@dataclass
+class Measurer:
+    """Measures one class at a step count and level, counting launches and requests; a step
+    count's server stops before the next one starts."""
+
+    budget: Budget
+    name: str
+    hw: Hardware
+    settings: Settings
+    pool: ServerPool
+    say: Say | None = None
+    launches: int = 0
+    requests: int = 0
+    commands: dict[int, str] = field(default_factory=dict)
+    _current: int | None = None
+
+    def twin(self, levels: Sequence[int]) -> dict[int, ClassResult]:
+        twins = Twins(self.hw, replace(self.settings, speedup=True), self.pool, self.say)
+        self.pool.stop_launched()
+        twins.measure_all([(self.budget, self.name, level) for level in levels])
+        found = {level: twins.get(self.budget, self.name, level) for level in levels}
+        self.pool.stop_launched()
+        self.launches += 1
+        self.requests += sum(r.samples + r.transient for r in found.values())
+        self._current = None
+        return found
+
+    def at(self, steps: int, level: int) -> ClassResult:
+        variant = at_steps(self.budget, steps, self.settings)
+        if self._current != steps:
+            self.pool.stop_launched()
+            self.launches += 1
+            self._current = steps
+        cls = variant.classes[self.name].without_limits()
+        plan = plan_class(variant, cls, self.hw, replace(self.settings, url=None, launch=None),
+                          level)
+        half = -math.log(1 - plan.rule.resolution) / 2
+        plan = replace(plan, rule=replace(plan.rule, precision=half))
+        self.commands[steps] = variant.server.launch or ""
+        if self.say:
+            self.say(f"measuring {plan.what} at K={steps}: {variant.server.launch}")
+        measured = measure_class(plan, self.pool, Hooks(say=self.say))
+        result = judge_class(plan, measured)
+        self.requests += result.samples + result.transient
+        if self.say and result.decode_tok_s is not None:
+            self.say(f"{plan.what} at K={steps}: {result.decode_tok_s:.1f} tok/s per user, "
+                     f"accept {result.accept_length or 1:.2f} over {result.samples} requests")
+        return result
+
+    def round_ms(self, steps: int, level: int) -> float:
+        """The roofline's round at ``steps`` and this level's batch (no server needed)."""
+        variant = self.budget if steps == 0 else at_steps(self.budget, steps, self.settings)
+        if steps == 0:
+            from pytest_specbound.physics.speculative import parse_speculation
+
+            variant = replace(self.budget, speculation=parse_speculation("none"),
+                              draft_model=None, draft_step_ms=0.0)
+        cls = variant.classes[self.name].without_limits()
+        return plan_class(variant, cls, self.hw, replace(self.settings, url=None, launch=None),
+                          level).roof.round_ms
+
+
+@dataclass(frozen=True)
+class PlanAsk:
+    """What to plan: the class, the two step counts measured, the step counts predicted, the
+    levels, and whether the recommended K is measured once more."""
+
+    name: str
+    measure_steps: tuple[int, int]
+    steps: tuple[int, ...]
+    levels: tuple[int, ...]
+    confirm: bool = True
+
+
+def plan_spec(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool, ask: PlanAsk,
+              say: Say | None = None) -> SpecPlan:
+    """The twin and two step counts measured at every level, every K in ``ask.steps``
+    predicted, and each recommended K measured once more (its own launch)."""
+    name, measure_steps, steps, levels = ask.name, ask.measure_steps, ask.steps, ask.levels
+    if name not in budget.classes:
+        raise ConfigError(f"{budget.path}: no class '{name}'; valid: "
+                          f"{', '.join(sorted(budget.classes))}")
+    if len(set(measure_steps)) != 2 or min(measure_steps) < 1:
+        raise ConfigError(f"--measure: two distinct step counts of at least 1, got "
+                          f"{','.join(map(str, measure_steps))}")
+    for k in (*measure_steps, *steps):  # every launch command made before the first launch
+        at_steps(budget, k, settings)
+    m = Measurer(budget, name, hw, settings, pool, say)
+    base = m.twin(levels)
+    points: dict[int, dict[int, ClassResult]] = {}
+    for k in sorted(measure_steps):
+        points[k] = {level: m.at(k, level) for level in levels}
+    out = SpecPlan(str(budget.path), name, hw.label, tuple(sorted(measure_steps)), tuple(steps))
+    for level in levels:
+        roofs = {k: m.round_ms(k, level) for k in {0, *steps, *measure_steps}}
+        model = RoundModel(roofs.__getitem__, lambda k: units(budget.speculation, k),
+                           _unit(budget.speculation))
+        plan = predict_level(level, measured_from(base[level], 0),
+                             [measured_from(points[k][level], k) for k in sorted(measure_steps)],
+                             model, list(steps))
+        out.levels.append(plan)
+    if ask.confirm:
+        by_k: dict[int, list[int]] = {}
+        for i, plan in enumerate(out.levels):
+            if plan.recommended:
+                by_k.setdefault(plan.recommended, []).append(i)
+        for k, where in sorted(by_k.items()):
+            for i in where:
+                plan = out.levels[i]
+                result = m.at(k, plan.concurrency)
+                again = measured_from(result, k)
+                out.levels[i] = replace(plan, confirmation=Confirmation(
+                    again, again.rate / plan.base.rate if plan.base.rate > 0 else None))
+    pool.stop_launched()
+    out.launches, out.requests, out.commands = m.launches, m.requests, dict(m.commands)
+    return out
+
+
+def _unit(spec: Speculation) -> str:
+    return "drafted token" if draft_forwards(Speculation(spec.method, 1, 1)) == 0 else \
+        "draft forward"
+
+
+def sweep(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: ServerPool,
+          steps: Iterable[int], levels: Sequence[int], say: Say | None = None
+          ) -> tuple[dict[int, dict[int, Measured]], int, int]:
+    """Every K measured at every level (K = 0: the twin), as a sweep does it: (K -> level ->
+    measured, launches, requests)."""
+    m = Measurer(budget, name, hw, settings, pool, say)
+    found: dict[int, dict[int, Measured]] = {}
+    base = m.twin(levels)
+    found[0] = {level: measured_from(base[level], 0) for level in levels}
+    for k in steps:
+        if k == 0:
+            continue
+        found[k] = {level: measured_from(m.at(k, level), k) for level in levels}
+    pool.stop_launched()
+    return found, m.launches, m.requests
+
+
+@dataclass(frozen=True)
+class AgainstSweep:
+    """One level of a plan held against a sweep of every K: the sweep's best K and speedup,
+    the plan's K and the sweep's own speedup there (the same run's conditions), and its ratio
+    to the best."""
+
+    concurrency: int
+    sweep_k: int
+    sweep_speedup: float
+    plan_k: int
+    plan_speedup: float  # the sweep's measured speedup at the plan's K (1.0 at K = 0)
+    indistinct: bool = False  # the sweep's own intervals at the two K overlap
+
+    @property
+    def ratio(self) -> float:
+        return self.plan_speedup / self.sweep_speedup if self.sweep_speedup > 0 else math.nan
+
+    @property
+    def agrees(self) -> bool:
+        """Within 5% of the sweep's best, or a K the sweep itself cannot tell from its best."""
+        return self.ratio >= 0.95 or self.indistinct
+
+
+def against_sweep(plan: SpecPlan, points: dict[int, dict[int, Measured]]) -> list[AgainstSweep]:
+    """Per level: the plan's recommendation against the sweep's best (K = 0 counts: a sweep
+    may find that no speculation is best)."""
+    out = []
+    for level in plan.levels:
+        c = level.concurrency
+        base = points[0][c].rate
+        best = max(points, key=lambda k: points[k][c].rate)
+        k = level.recommended
+        found = points.get(k, {}).get(c)
+        top = points[best][c]
+        overlap = found is not None and found.rate_bounds[1] >= top.rate_bounds[0]
+        out.append(AgainstSweep(c, best, top.rate / base, k,
+                                found.rate / base if found else math.nan, overlap))
+    return out
+

@@ -1,0 +1,158 @@
+"""The speculation plan's model (gate/spec_plan.py): the draft cost in two parts and the
+acceptance per position, fitted on two step counts and the twin, predict every other K."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pytest_specbound.gate.spec_plan import (
+    Acceptance,
+    Confirmation,
+    Measured,
+    RoundModel,
+    fit_acceptance,
+    fit_cost,
+    predict_level,
+)
+
+# a system to predict: verify over K + 1 tokens grows 1.5 ms a token above a 10 ms read, the
+# engine adds 2 ms a round, drafting costs 0.5 ms a round plus 0.8 ms a forward, and position i
+# is accepted with probability 0.9 x 0.8^(i - 1)
+TRUTH = Acceptance(0.9, 0.8)
+
+
+def roof(k: int) -> float:
+    return 10.0 + 1.5 * k
+
+
+def true_rate(k: int) -> float:
+    round_ms = roof(k) + 2.0 + ((0.5 + 0.8 * k) if k else 0.0)
+    return 1e3 * TRUTH.accept(k) / round_ms
+
+
+def exact(k: int, spread: float = 0.0) -> Measured:
+    rate = true_rate(k)
+    return Measured(k, rate, (rate * (1 - spread), rate * (1 + spread)), TRUTH.accept(k),
+                    (TRUTH.accept(k),) * 2)
+
+
+def test_two_step_counts_and_the_twin_predict_every_other_k():
+    plan = predict_level(1, exact(0), [exact(1), exact(3)], RoundModel(roof), range(1, 11))
+    for p in plan.predictions:
+        assert p.rate == pytest.approx(true_rate(p.steps), rel=1e-6), p
+        assert p.speedup == pytest.approx(true_rate(p.steps) / true_rate(0), rel=1e-6)
+    assert plan.cost.fixed_ms == pytest.approx(0.5) and plan.cost.per_unit_ms == pytest.approx(0.8)
+    assert plan.acceptance.first == pytest.approx(0.9) and plan.acceptance.decay == pytest.approx(0.8)
+    best = max(range(1, 11), key=true_rate)
+    assert plan.recommended == best and 1 < best < 10
+
+
+def test_the_intervals_carry_the_measurements_spread_and_hold_the_truth():
+    plan = predict_level(1, exact(0, 0.03), [exact(1, 0.03), exact(3, 0.03)], RoundModel(roof),
+                         range(1, 9))
+    for p in plan.predictions:
+        low, high = p.rate_bounds
+        assert low < true_rate(p.steps) < high, p
+        assert p.speedup_bounds[0] < p.speedup < p.speedup_bounds[1]
+    # further from the measured step counts, the prediction is less sure
+    width = {p.steps: (p.rate_bounds[1] - p.rate_bounds[0]) / p.rate for p in plan.predictions}
+    assert width[8] > width[3]
+
+
+def test_where_drafting_costs_more_than_it_gains_no_k_is_recommended():
+    def slow(k: int) -> Measured:  # drafting costs 12 ms a forward
+        rate = 1e3 * TRUTH.accept(k) / (roof(k) + 2.0 + (12.0 * k if k else 0.0))
+        return Measured(k, rate, (rate, rate), TRUTH.accept(k), (TRUTH.accept(k),) * 2)
+
+    plan = predict_level(4, slow(0), [slow(1), slow(2)], RoundModel(roof), range(1, 6))
+    assert plan.recommended == 0 and plan.best.speedup < 1
+    assert plan.to_json()["recommended_steps"] == 0
+
+
+def test_acceptance_fitted_through_two_accept_lengths():
+    fit = fit_acceptance([(2, TRUTH.accept(2)), (5, TRUTH.accept(5))])
+    assert (fit.first, fit.decay) == (pytest.approx(0.9), pytest.approx(0.8))
+    assert fit.accept(9) == pytest.approx(TRUTH.accept(9))
+    # no decay measured (a drafter right every time): every position alike, capped at 1
+    flat = fit_acceptance([(1, 1.7), (3, 3.1)])
+    assert flat.decay == 1.0 and flat.accept(4) == pytest.approx(3.8)
+    assert fit_acceptance([(1, 1.99), (2, 2.98)]).position(5) <= 1.0
+
+
+def test_measured_positions_are_kept_and_extended_by_their_last_ratio():
+    fit = fit_acceptance([(1, 1.9), (3, 2.5)], positions=(0.9, 0.6, 0.3))
+    assert [fit.position(i) for i in (1, 2, 3)] == [0.9, 0.6, 0.3]
+    assert fit.position(4) == pytest.approx(0.15) and fit.position(5) == pytest.approx(0.075)
+    assert "measured per position 1-3" in fit.how
+
+
+def test_a_negative_slope_is_not_physics_all_fixed():
+    cost = fit_cost([(1, 3.0), (3, 2.0)])
+    assert cost.per_unit_ms == 0 and cost.fixed_ms == pytest.approx(2.5)
+    assert fit_cost([(1, 1.0), (3, 2.0)]).ms(5) == pytest.approx(3.0)
+
+
+def test_lookup_drafters_pay_per_drafted_token_and_k_zero_is_the_twin():
+    plan = predict_level(1, exact(0), [exact(1), exact(3)],
+                         RoundModel(roof, unit="drafted token"), range(0, 5))
+    zero = plan.at(0)
+    assert zero is not None and zero.rate == pytest.approx(true_rate(0)) and zero.accept == 1.0
+    assert plan.to_json()["draft_cost_ms"]["unit"] == "drafted token"
+
+
+def test_a_confirmation_lands_inside_the_predicted_interval_or_says_not():
+    plan = predict_level(1, exact(0, 0.02), [exact(1, 0.02), exact(3, 0.02)], RoundModel(roof),
+                         range(1, 9))
+    k = plan.recommended
+    predicted = plan.at(k)
+    assert predicted is not None
+    assert Confirmation(exact(k, 0.02)).landed(predicted)
+    assert not Confirmation(Measured(k, predicted.rate_bounds[1] * 1.2, (0, 0))).landed(predicted)
+
+
+def test_one_measured_step_count_is_refused():
+    with pytest.raises(ValueError, match="two distinct measured step counts"):
+        predict_level(1, exact(0), [exact(2), exact(2)], RoundModel(roof), range(1, 4))
+    assert math.isfinite(true_rate(0))
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--class", "nope"], "--class: no class 'nope' in"),
+    (["--measure", "3"], "two distinct step counts such as 1,3, got '3'"),
+    (["--steps", "0-4"], "step counts from 1 to 64, got '0-4'"),
+])
+def test_the_plan_command_says_what_is_wrong_in_one_line(tmp_path, capsys, args, needle):
+    from pytest_specbound.cli import main
+
+    budget = tmp_path / "b.toml"
+    budget.write_text('[model]\nname = "llama-3.1-8b"\n[speculative]\nmethod = "eagle3"\n'
+                      'steps = 3\n[server]\nurl = "http://127.0.0.1:9"\n[classes.chat]\n'
+                      '[classes.coding]\n')
+    with pytest.raises(SystemExit) if args[0] != "--class" else _nothing():
+        code = main(["plan-spec", str(budget), "--hw", "h100", *args])
+        assert code == 2
+    err = capsys.readouterr().err
+    # one line (argparse's usage above its own)
+    assert needle in err.strip().splitlines()[-1] and "Traceback" not in err, err
+
+
+def test_a_server_attached_by_url_cannot_be_planned(tmp_path, capsys):
+    from pytest_specbound.cli import main
+
+    budget = tmp_path / "b.toml"
+    budget.write_text('[model]\nname = "llama-3.1-8b"\n[speculative]\nmethod = "eagle3"\n'
+                      'steps = 3\n[server]\nurl = "http://127.0.0.1:9"\n[classes.chat]\n')
+    assert main(["plan-spec", str(budget), "--hw", "h100", "--log-dir",
+                 str(tmp_path / "logs")]) == 2
+    err = capsys.readouterr().err
+    assert "plan-spec launches the server at each step count: give a launch command" in err
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
