@@ -292,3 +292,38 @@ def mismatches_for(tmp_path, backend: str, launch: str, hw: str) -> list[str]:
                     f"launch = '{launch}'\n[classes.chat]\n")
     served = get_backend(backend).served_from_launch(argv_of(launch))
     return mismatches(load_budget(path), parse_hardware(hw), served)
+
+
+@pytest.mark.parametrize(("launch", "tp", "pp", "source"), [
+    ("llama-server -m m.gguf -sm none", 1, 1, "launch: -sm none"),
+    ("llama-server -m m.gguf -ts 3,1", 1, 2, "launch: no --split-mode (layer), -ts 3,1"),
+    ("llama-server -m m.gguf --split-mode row --tensor-split 1,1,1,1", 4, 1,
+     "launch: --split-mode row, --tensor-split 1,1,1,1"),
+    ("llama-server -m m.gguf -sm tensor -dev CUDA0,CUDA1", 2, 1,
+     "launch: -sm tensor, -dev CUDA0,CUDA1"),
+    ("llama-server -m m.gguf", None, None, ""),  # the host's GPUs: not in the command
+])
+def test_llama_server_says_its_split_where_its_launch_does(launch, tp, pp, source):
+    from pytest_specbound.serving.backends import get_backend
+    from pytest_specbound.serving.settings import argv_of
+
+    served = get_backend("llamacpp").served_from_launch(argv_of(launch))
+    assert (served.tp_size, served.pp_size) == (tp, pp)
+    assert served.sources.get("tp_size", "") == source
+
+
+def test_a_budget_for_tensor_parallelism_on_llama_servers_layer_split_is_named(tmp_path):
+    """llama.cpp's default split hands layers from GPU to GPU: at batch 1 one GPU works at a
+    time, which a budget written for TP 2 on the same two GPUs does not describe."""
+    from pytest_specbound.serving.backends import get_backend
+    from pytest_specbound.serving.settings import argv_of
+
+    launch = "llama-server -m m.gguf -ts 1,1 --port 8080"
+    path = tmp_path / "b.toml"
+    path.write_text(f'[model]\nname = "llama-3.1-8b"\n[server]\nbackend = "llamacpp"\n'
+                    f"launch = '{launch}'\n[parallel]\ntp = 2\n[classes.chat]\n")
+    served = get_backend("llamacpp").served_from_launch(argv_of(launch))
+    found = mismatches(load_budget(path), parse_hardware("a6000x2"), served)
+    where = "launch: no --split-mode (layer), -ts 1,1"
+    assert [m.split("; ", 1)[1] for m in found] == [f"the server runs TP 1 ({where})",
+                                                    f"the server runs PP 2 ({where})"], found

@@ -132,6 +132,7 @@ class LlamaCpp(Backend):
             values.update(speculative=(True, f"launch: {draft}"), method=("draft", f"launch: {draft}"))
         elif runs(argv, "llama-server"):
             values["speculative"] = (False, "launch: no -md or --spec-type")
+        values.update(_split_values(argv))
         return Served.of(values)
 
     def served_from_server(self, endpoint: Endpoint, info: ServerInfo) -> Served:
@@ -157,3 +158,41 @@ class LlamaCpp(Backend):
         spec = {k: v for k, v in params.items() if k.startswith("speculative")}
         return with_info(super().info(endpoint), props.get("build_info"), spec,
                          props.get("model_path"))
+
+
+def _split_values(argv: list[str]) -> dict[str, tuple[object, str]]:
+    """How llama-server splits the model over GPUs, where its launch says: ``-sm none`` is one
+    GPU; over the GPUs ``-ts`` gives a share (or ``-dev`` names), ``-sm row`` and ``tensor``
+    split each weight (tensor parallelism) and ``layer``, the default, hands the layers on from
+    GPU to GPU (a pipeline: one stage at a time at batch 1). Unsaid, the GPU count is the
+    host's: left unknown."""
+    mode = flag_value(argv, "-sm", "--split-mode")
+    how = mode[0] if mode else "layer"
+    where = f"launch: {mode[1]}" if mode else "launch: no --split-mode (layer)"
+    if how == "none":
+        return {"tp_size": (1, where), "pp_size": (1, where)}
+    shares = flag_value(argv, "-ts", "--tensor-split")
+    devices = flag_value(argv, "-dev", "--device")
+    if shares:
+        gpus = sum(1 for x in shares[0].split(",") if x.strip() and float(x) > 0) \
+            if all(_number(x) for x in shares[0].split(",")) else 0
+        said = f"{where}, {shares[1]}"
+    elif devices and devices[0] != "none":
+        gpus, said = len([d for d in devices[0].split(",") if d.strip()]), \
+            f"{where}, {devices[1]}"
+    else:
+        return {}
+    if gpus < 1:
+        return {}
+    if how in ("row", "tensor"):
+        return {"tp_size": (gpus, said), "pp_size": (1, said)}
+    return {"tp_size": (1, said), "pp_size": (gpus, said)}
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
