@@ -16,7 +16,6 @@ wheel with a tiny local llama and n-gram lookup on repetitive prompts.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -28,62 +27,32 @@ sys.path.insert(0, str(ROOT))
 RATES = ",".join(f"{0.92 * 0.82 ** i:.3f}" for i in range(16))
 
 
-def llama_budget(folder: Path) -> Path:
+def llama_plan_budget(folder: Path) -> Path:
     from pytest_specbound.physics.demo import demo_models
+    from tests.integration.budgets import llama_budget, synth_launch
 
     models = demo_models(folder)
-    target, draft = models["demo_gguf"], models["demo_draft_gguf"]
-    launch = (f"{{llama_server}} -m {target} -md {draft} --spec-type draft-simple "
-              f"--spec-draft-n-max 3 --spec-synth-rates {RATES} --host {{host}} --port {{port}} "
-              "-t 1 -c 8192 -np 4 --metrics")
+    target, draft = Path(models["demo_gguf"]), Path(models["demo_draft_gguf"])
+    launch = synth_launch("{llama_server}", target, draft, RATES, 8192, 4)
     path = folder / "plan-llama.toml"
-    path.write_text(f"""
-[model]
-gguf = "{target}"
-[speculative]
-method = "draft"
-steps = 3
-draft_model = "{draft}"
-[server]
-backend = "llamacpp"
-launch = "{launch}"
-ready_timeout_s = 120
-[roofline]
-context = 300
-[classes.coding]
-prompts = "coding"
-max_tokens = 64
-resolution = 0.1
-""")
+    path.write_text(llama_budget(target, draft, "max_tokens = 64\nresolution = 0.1",
+                                 server=f'launch = "{launch}"\nready_timeout_s = 120',
+                                 roofline="context = 300"))
     return path
 
 
-def vllm_budget(folder: Path) -> Path:
+def vllm_plan_budget(folder: Path) -> Path:
+    from tests.integration.budgets import vllm_ngram_budget
     from tests.servers.hf_models import write_tiny_llama
 
     model = write_tiny_llama(folder / "tiny-llama")
-    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})
-    launch = (f"{sys.executable} -m vllm.entrypoints.openai.api_server --model {model} "
-              "--host {host} --port {port} --enforce-eager --max-model-len 2048 "
-              f"--speculative-config '{spec}'")
     path = folder / "plan-vllm.toml"
-    path.write_text(f"""
-[model]
-config = "{model}/config.json"
-served_name = "{model}"
-[speculative]
-method = "ngram"
-steps = 3
-[server]
-backend = "vllm"
-launch = '''{launch}'''
-ready_timeout_s = 400
-env = {{HF_HUB_OFFLINE = "1", VLLM_CPU_KVCACHE_SPACE = "1", TOKENIZERS_PARALLELISM = "false"}}
+    path.write_text(vllm_ngram_budget(model, served_name=True, tables="""
 [classes.repetitive]
 prompts = "repetitive"
 max_tokens = 64
 resolution = 0.1
-""")
+"""))
     return path
 
 
@@ -105,7 +74,7 @@ def main() -> None:
     parser.add_argument("--samples", default="16")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="spec-plan-"))
-    path = (llama_budget if args.server == "llama" else vllm_budget)(folder)
+    path = (llama_plan_budget if args.server == "llama" else vllm_plan_budget)(folder)
     budget = load_budget(path)
     name = next(iter(budget.classes))
     levels = levels_text(args.levels)

@@ -30,3 +30,41 @@ backend = "llamacpp"
 [classes.coding]
 prompts = "coding"
 {coding}"""
+
+
+def synth_launch(server: str, target: Path, draft: Path, rates: str, context: int,
+                 slots: int) -> str:
+    """llama-server with a draft model that drafts for real and llama.cpp's synthetic
+    acceptance per position (``rates``, one a position), 3 draft steps."""
+    return (f"{server} -m {target} -md {draft} --spec-type draft-simple --spec-draft-n-max 3 "
+            f"--spec-synth-rates {rates} --host {{host}} --port {{port}} -t 1 -c {context} "
+            f"-np {slots} --metrics")
+
+
+def vllm_ngram_budget(model: Path, extra_argv: tuple[str, ...] = (), tables: str = "",
+                      served_name: bool = False) -> str:
+    """A budget for the real CPU vLLM on a generated tiny llama with n-gram speculation of 3
+    tokens, launched by the gate; ``tables`` the rest of it (the twin, the classes)."""
+    import json
+    import shlex
+    import sys
+
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--host", "{host}", "--port", "{port}", "--enforce-eager", "--max-model-len", "2048",
+            *extra_argv, "--speculative-config", spec]
+    name = f'served_name = "{model}"\n' if served_name else ""
+    return f"""
+[model]
+config = "{model}/config.json"
+{name}
+[speculative]
+method = "ngram"
+steps = 3
+
+[server]
+backend = "vllm"
+launch = '''{shlex.join(argv)}'''
+ready_timeout_s = 400
+env = {{ HF_HUB_OFFLINE = "1", VLLM_CPU_KVCACHE_SPACE = "1", TOKENIZERS_PARALLELISM = "false" }}
+{tables}"""

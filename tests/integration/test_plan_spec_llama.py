@@ -16,6 +16,7 @@ from pytest_specbound.gate.settings import resolve
 from pytest_specbound.gate.spec_sweep import PlanAsk, against_sweep, plan_spec, sweep
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.report.spec_plan import render_plan
+from tests.integration.budgets import llama_budget, synth_launch
 
 pytestmark = pytest.mark.integration
 RATES = ",".join(f"{0.9 * 0.75 ** i:.3f}" for i in range(12))
@@ -25,25 +26,9 @@ LEVELS = (1, 2)
 
 def budget_text(llama_server_bin, gguf_models) -> str:
     target, draft = gguf_models["target"], gguf_models["draft"]
-    launch = (f"{llama_server_bin} -m {target} -md {draft} --spec-type draft-simple "
-              f"--spec-draft-n-max 3 --spec-synth-rates {RATES} --host {{host}} --port {{port}} "
-              "-t 1 -c 4096 -np 2 --metrics")
-    return f"""
-[model]
-gguf = "{target}"
-[speculative]
-method = "draft"
-steps = 3
-draft_model = "{draft}"
-[server]
-backend = "llamacpp"
-launch = "{launch}"
-ready_timeout_s = 60
-[classes.coding]
-prompts = "coding"
-max_tokens = 64
-resolution = 0.1
-"""
+    launch = synth_launch(llama_server_bin, target, draft, RATES, 4096, 2)
+    return llama_budget(target, draft, "max_tokens = 64\nresolution = 0.1",
+                        server=f'launch = "{launch}"\nready_timeout_s = 60')
 
 
 @pytest.mark.timeout(240)

