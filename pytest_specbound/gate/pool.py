@@ -116,6 +116,14 @@ class ServerPool:
         with FileLock(str(lock_path)):
             state_path.write_text(json.dumps({"stopped": True, "refs": 0}))
 
+    def stop(self, cfg: ServerConfig) -> None:
+        """Stop the one server ``cfg`` launched here (not one shared with other workers)."""
+        key = cfg.key()
+        found = self._servers.get(key)
+        if found is not None and found[0].owned and key not in self._joined:
+            found[0].stop()
+            del self._servers[key]
+
     def stop_launched(self) -> None:
         """Stop the servers this process launched and alone uses (a speculative server and its
         twin without speculation must not share the hardware while either is measured); under

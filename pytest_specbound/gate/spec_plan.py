@@ -185,6 +185,7 @@ class LevelPlan:
     cost: DraftCost
     unit: str  # what the draft cost's slope is per: "draft forward" or "drafted token"
     confirmation: Confirmation | None = None
+    base_drift: float | None = None  # the twin after the step counts over before, less 1
 
     @property
     def best(self) -> Prediction:
@@ -210,6 +211,7 @@ class LevelPlan:
                            "how": self.acceptance.how},
             "draft_cost_ms": {"fixed": round(self.cost.fixed_ms, 4),
                               "per_unit": round(self.cost.per_unit_ms, 4), "unit": self.unit},
+            "base_drift": None if self.base_drift is None else round(self.base_drift, 4),
             "predictions": [p.to_json() for p in self.predictions]}
         if self.confirmation is not None:
             c = self.confirmation

@@ -13,6 +13,7 @@ from statistics import NormalDist, stdev
 
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.budget import Budget
+from pytest_specbound.gate.drift import DEFAULT_RECHECK
 from pytest_specbound.gate.plan import plan_class, server_config
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult
@@ -30,6 +31,7 @@ from pytest_specbound.gate.twins import Twins
 from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.physics.roofline import draft_forwards
 from pytest_specbound.physics.speculative import Speculation
+from pytest_specbound.serving.connect import ServerConfig
 
 Say = Callable[[str], None]
 
@@ -142,30 +144,63 @@ class Measurer:
     launches: int = 0
     requests: int = 0
     commands: dict[int, str] = field(default_factory=dict)
-    _current: int | None = None
+    _current: tuple[int, ServerConfig] | None = None
+    _twins: Twins | None = None
+
+    @property
+    def twins(self) -> Twins:
+        if self._twins is None:
+            self._twins = Twins(self.hw, replace(self.settings, speedup=True), self.pool,
+                                self.say)
+        return self._twins
 
     def twin(self, levels: Sequence[int]) -> dict[int, ClassResult]:
-        twins = Twins(self.hw, replace(self.settings, speedup=True), self.pool, self.say)
+        """The class without speculation at every level, first. On the CPU its server stays up
+        beside the step counts' for :meth:`twin_again` (no relaunch); on a GPU it stops."""
         self.pool.stop_launched()
-        twins.measure_all([(self.budget, self.name, level) for level in levels])
-        found = {level: twins.get(self.budget, self.name, level) for level in levels}
-        self.pool.stop_launched()
+        self.twins.measure_all([(self.budget, self.name, level) for level in levels])
+        found = {level: self.twins.get(self.budget, self.name, level) for level in levels}
+        if not self.twins.servers_fit_together:
+            self.pool.stop_launched()
         self.launches += 1
         self.requests += sum(r.samples + r.transient for r in found.values())
-        self._current = None
         return found
+
+    def twin_again(self, levels: Sequence[int]) -> dict[int, ClassResult | None]:
+        """The twin measured again after the step counts (the drift check, a few requests at
+        each level): None where it could not run."""
+        beside = self.twins.servers_fit_together
+        self._leave_current()
+        if not beside:
+            self.launches += 1
+        found: dict[int, ClassResult | None] = {}
+        for level in levels:
+            again = self.twins.recheck(self.budget, self.name, level, DEFAULT_RECHECK, beside)
+            found[level] = again if isinstance(again, ClassResult) else None
+            if isinstance(again, ClassResult):
+                self.requests += again.samples + again.transient
+        return found
+
+    def _leave_current(self) -> None:
+        """Stop the step count's server measured last (everything, on a GPU)."""
+        if self._current is not None:
+            if self.twins.servers_fit_together:
+                self.pool.stop(self._current[1])
+            else:
+                self.pool.stop_launched()
+        self._current = None
 
     def at(self, steps: int, level: int) -> ClassResult:
         variant = at_steps(self.budget, steps, self.settings)
-        if self._current != steps:
-            self.pool.stop_launched()
-            self.launches += 1
-            self._current = steps
         cls = variant.classes[self.name].without_limits()
         plan = plan_class(variant, cls, self.hw, replace(self.settings, url=None, launch=None),
                           level)
         half = -math.log(1 - plan.rule.resolution) / 2
         plan = replace(plan, rule=replace(plan.rule, precision=half))
+        if self._current is None or self._current[0] != steps:
+            self._leave_current()
+            self.launches += 1
+            self._current = steps, plan.server
         self.commands[steps] = variant.server.launch or ""
         if self.say:
             self.say(f"measuring {plan.what} at K={steps}: {variant.server.launch}")
@@ -204,8 +239,9 @@ class PlanAsk:
 
 def plan_spec(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool, ask: PlanAsk,
               say: Say | None = None) -> SpecPlan:
-    """The twin and two step counts measured at every level, every K in ``ask.steps``
-    predicted, and each recommended K measured once more (its own launch)."""
+    """The twin and two step counts measured at every level, the twin again (the drift
+    check: its two blocks pooled), every K in ``ask.steps`` predicted, and each recommended K
+    measured once more."""
     name, measure_steps, steps, levels = ask.name, ask.measure_steps, ask.steps, ask.levels
     if name not in budget.classes:
         raise ConfigError(f"{budget.path}: no class '{name}'; valid: "
@@ -220,15 +256,20 @@ def plan_spec(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool
     points: dict[int, dict[int, ClassResult]] = {}
     for k in sorted(measure_steps):
         points[k] = {level: m.at(k, level) for level in levels}
+    again = m.twin_again(levels)
     out = SpecPlan(str(budget.path), name, hw.label, tuple(sorted(measure_steps)), tuple(steps))
     for level in levels:
         roofs = {k: m.round_ms(k, level) for k in {0, *steps, *measure_steps}}
         model = RoundModel(roofs.__getitem__, lambda k: units(budget.speculation, k),
                            _unit(budget.speculation))
-        plan = predict_level(level, measured_from(base[level], 0),
+        first = measured_from(base[level], 0)
+        later = again.get(level)
+        twin, drift = pooled(first, measured_from(later, 0)) if later and later.timed \
+            else (first, None)
+        plan = predict_level(level, twin,
                              [measured_from(points[k][level], k) for k in sorted(measure_steps)],
                              model, list(steps))
-        out.levels.append(plan)
+        out.levels.append(replace(plan, base_drift=drift))
     if ask.confirm:
         by_k: dict[int, list[int]] = {}
         for i, plan in enumerate(out.levels):
@@ -237,13 +278,24 @@ def plan_spec(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool
         for k, where in sorted(by_k.items()):
             for i in where:
                 plan = out.levels[i]
-                result = m.at(k, plan.concurrency)
-                again = measured_from(result, k)
+                once_more = measured_from(m.at(k, plan.concurrency), k)
                 out.levels[i] = replace(plan, confirmation=Confirmation(
-                    again, again.rate / plan.base.rate if plan.base.rate > 0 else None))
+                    once_more, once_more.rate / plan.base.rate if plan.base.rate > 0 else None))
     pool.stop_launched()
     out.launches, out.requests, out.commands = m.launches, m.requests, dict(m.commands)
     return out
+
+
+def pooled(first: Measured, later: Measured) -> tuple[Measured, float]:
+    """The twin's two blocks (before and after the step counts) as one: the rate weighted by
+    their requests' spread alike (a plain mean), the interval spanning both blocks' (the box's
+    drift between them is the prediction's uncertainty too); and the drift, later over first
+    less 1."""
+    rate = (first.rate + later.rate) / 2
+    low = min(first.rate_bounds[0], later.rate_bounds[0])
+    high = max(first.rate_bounds[1], later.rate_bounds[1])
+    return (replace(first, rate=rate, rate_bounds=(low, high)),
+            later.rate / first.rate - 1 if first.rate > 0 else math.nan)
 
 
 def _unit(spec: Speculation) -> str:

@@ -21,8 +21,10 @@ def render_plan(plan: SpecPlan) -> str:
 
 def _level_lines(level: LevelPlan, measured: tuple[int, ...]) -> list[str]:
     best = level.recommended
+    moved = "" if level.base_drift is None else \
+        f" (its two blocks {level.base_drift:+.0%} apart, pooled)"
     out = ["", f"concurrency {level.concurrency}: without speculation {level.base.rate:.1f} "
-               f"tok/s per user; acceptance {level.acceptance.how}; draft cost above the "
+               f"tok/s per user{moved}; acceptance {level.acceptance.how}; draft cost above the "
                f"roofline {level.cost.fixed_ms:.2f} ms a round + {level.cost.per_unit_ms:.2f} ms "
                f"a {level.unit}",
            f"{'K':>3}  {'accept':>6}  {'round ms':>8}  {'tok/s [interval]':>22}  "

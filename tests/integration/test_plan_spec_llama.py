@@ -76,5 +76,7 @@ def test_the_plan_costs_a_third_of_a_sweep_and_predicts_its_accept_lengths(
             assert abs(p.accept - told) < 0.12 * told, said
         c = level.confirmation
         assert (c is None) == (level.recommended == 0), said
+        # the twin measured again after the step counts, on the server kept up beside them
+        assert level.base_drift is not None and "apart, pooled" in said, said
     assert doc["levels"][0]["recommended_steps"] == plan.levels[0].recommended
     assert "recommended: " in said and json.dumps(doc)

@@ -156,3 +156,13 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> bool:
         return False
+
+
+def test_the_twins_two_blocks_are_pooled_and_their_drift_widens_the_interval():
+    from pytest_specbound.gate.spec_sweep import pooled
+
+    before = Measured(0, 100.0, (95.0, 105.0))
+    after = Measured(0, 80.0, (76.0, 84.0))
+    both, drift = pooled(before, after)
+    assert both.rate == 90.0 and both.rate_bounds == (76.0, 105.0)
+    assert drift == pytest.approx(-0.2)
