@@ -33,6 +33,14 @@ def two_steps(text: str) -> tuple[int, int]:
     return found[0], found[1]
 
 
+def apart(steps: tuple[int, ...]) -> tuple[int, int]:
+    """Two step counts a quarter and three quarters into the range: the others are then mostly
+    interpolated (an engine's cost per step is not a line over the whole range)."""
+    low, high = min(steps), max(steps)
+    first = low + (high - low) // 4
+    return first, max(first + 1, low + 3 * (high - low) // 4)
+
+
 def cmd_plan_spec(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -55,8 +63,8 @@ def cmd_plan_spec(args: argparse.Namespace) -> int:
         raise ConfigError(f"--class: no class '{name}' in {args.budget}; valid: "
                           f"{', '.join(sorted(budget.classes))}")
     steps = budget.speculation.steps
-    measure = args.measure or ((1, steps) if steps > 1 else (1, 2))
     predict = args.steps or tuple(range(1, max(8, 2 * steps) + 1))
+    measure = args.measure or apart(predict)
     settings = resolve({"specbound_samples": str(args.samples),
                         "specbound_concurrency": args.concurrency}, {}, lambda _: None)
     levels = settings.concurrency or budget.classes[name].concurrency
@@ -86,7 +94,8 @@ def add_plan_spec(sub: Any) -> None:
     p.add_argument("--hw", required=True)
     p.add_argument("--class", dest="class_name", help="the budget class (default: its only one)")
     p.add_argument("--measure", type=two_steps,
-                   help="the two step counts measured, e.g. 1,3 (default: 1 and the budget's)")
+                   help="the two step counts measured, e.g. 2,6 (default: a quarter and three "
+                        "quarters into --steps)")
     p.add_argument("--steps", type=steps_range,
                    help="the step counts predicted, e.g. 1-8 (default: 1 to twice the budget's, "
                         "at least 8)")

@@ -166,3 +166,10 @@ def test_the_twins_two_blocks_are_pooled_and_their_drift_widens_the_interval():
     both, drift = pooled(before, after)
     assert both.rate == 90.0 and both.rate_bounds == (76.0, 105.0)
     assert drift == pytest.approx(-0.2)
+
+
+def test_the_default_step_counts_sit_a_quarter_and_three_quarters_into_the_range():
+    from pytest_specbound.cli.plan_spec import apart
+
+    assert apart(tuple(range(1, 9))) == (2, 6) and apart(tuple(range(1, 12))) == (3, 8)
+    assert apart((1, 2)) == (1, 2) and apart((4,)) == (4, 5)
