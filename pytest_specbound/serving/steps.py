@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.serving.settings import argv_of
+from pytest_specbound.serving.settings import argv_of, flag_value
 from pytest_specbound.serving.twin import PROGRAM_PLACEHOLDERS, family_of, shell_word
 
 PLACEHOLDER = "{steps}"
@@ -37,7 +37,7 @@ def _what(family: str | None) -> str:
             }.get(family or "", f"{family or 'an unknown server'}'s flags are not known")
 
 
-def _set(argv: list[str], flag: str, value: str, add: bool = True) -> list[str] | None:
+def _set(argv: list[str], flag: str, value: str) -> list[str]:
     """``argv`` with ``flag``'s value replaced (``--flag v`` or ``--flag=v``), or appended."""
     out = list(argv)
     for i, word in enumerate(out):
@@ -47,25 +47,21 @@ def _set(argv: list[str], flag: str, value: str, add: bool = True) -> list[str] 
         if word.startswith(flag + "="):
             out[i] = f"{flag}={value}"
             return out
-    return [*out, flag, value] if add else None
+    return [*out, flag, value]
 
 
 def _value(argv: list[str], flag: str) -> str | None:
-    for i, word in enumerate(argv):
-        if word == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if word.startswith(flag + "="):
-            return word.split("=", 1)[1]
-    return None
+    found = flag_value(argv, flag)
+    return found[0] if found else None
 
 
 def _llamacpp(argv: list[str], steps: int) -> list[str] | None:
     if not any(w.startswith(("-md", "--model-draft", "--spec-type", "--spec-")) for w in argv):
         return None
-    out = _set(argv, "--spec-draft-n-max", str(steps)) or []
+    out = _set(argv, "--spec-draft-n-max", str(steps))
     low = _value(out, "--spec-draft-n-min")
     if low is not None and low.isdigit() and int(low) > steps:
-        out = _set(out, "--spec-draft-n-min", str(steps)) or []
+        out = _set(out, "--spec-draft-n-min", str(steps))
     rates = _value(out, "--spec-synth-rates")  # llama.cpp wants exactly one rate a position
     if rates is not None:
         given = rates.split(",")
@@ -73,7 +69,7 @@ def _llamacpp(argv: list[str], steps: int) -> list[str] | None:
             raise ConfigError(f"--spec-synth-rates gives {len(given)} positions' acceptance; "
                               f"K={steps} needs {steps}: give one rate per position up to the "
                               "largest K")
-        out = _set(out, "--spec-synth-rates", ",".join(given[:steps])) or []
+        out = _set(out, "--spec-synth-rates", ",".join(given[:steps]))
     return out
 
 
@@ -100,4 +96,4 @@ def _sglang(argv: list[str], steps: int) -> list[str] | None:
     if _value(argv, "--speculative-num-steps") is None or (topk and topk != "1"):
         return None
     out = _set(argv, "--speculative-num-steps", str(steps))
-    return _set(out or [], "--speculative-num-draft-tokens", str(steps + 1))
+    return _set(out, "--speculative-num-draft-tokens", str(steps + 1))
