@@ -214,12 +214,9 @@ class Measurer:
 
     def round_ms(self, steps: int, level: int) -> float:
         """The roofline's round at ``steps`` and this level's batch (no server needed)."""
-        variant = self.budget if steps == 0 else at_steps(self.budget, steps, self.settings)
-        if steps == 0:
-            from pytest_specbound.physics.speculative import parse_speculation
-
-            variant = replace(self.budget, speculation=parse_speculation("none"),
-                              draft_model=None, draft_step_ms=0.0)
+        variant = at_steps(self.budget, steps, self.settings) if steps else replace(
+            self.budget, speculation=Speculation("none", 0, 0), draft_model=None,
+            draft_step_ms=0.0)
         cls = variant.classes[self.name].without_limits()
         return plan_class(variant, cls, self.hw, replace(self.settings, url=None, launch=None),
                           level).roof.round_ms
