@@ -13,8 +13,10 @@ from collections import defaultdict
 
 from pytest_specbound.physics.anchors import (
     Anchor,
+    StepPrediction,
     anchors,
     by_source,
+    cross_model_predictions,
     kind,
     step_predictions,
     two_part_predictions,
@@ -70,22 +72,37 @@ def predictions_table(rows: list[Anchor]) -> None:
 
 
 def two_part_table(rows: list[Anchor]) -> None:
-    """The cost with a fixed part per drafting round and a part per forward, fitted on each
-    method's two fewest-step chains (one, with the fixed part assumed 0, where a source ran
-    one chain), predicting the others; errors per kind."""
+    """The cost with a fixed part per drafting round and a part per forward, fitted on the rows
+    at each method's two fewest step counts (one, with the fixed part assumed 0, where a source
+    ran two), predicting its rows at other step counts; then a method's cost on one model, as a
+    multiple of its drafter's roofline, predicting the same engine's row on another model (how
+    a DFlash block is predicted). Errors per kind: chain, tree, block."""
+    sources = by_source(rows)
     print()
-    print("two-part cost (fixed per drafting round + per forward), fitted on the two fewest-step")
-    print("chains of a method, predicting its other rows (a tree's extra nodes assumed free):")
-    print(f"{'source, model, dtype':<36} {'kind':<6} {'fitted on':<40} {'row':<12} "
-          f"{'predicted':>9} {'measured':>8} {'error':>6}")
+    print("two-part cost (fixed per drafting round + per forward), fitted on the rows at a method's")
+    print("two fewest step counts (a tree counted by its forwards; its verify width and node count")
+    print("are in its roofline), predicting its rows at other step counts:")
+    header = (f"{'source, model, dtype':<36} {'kind':<6} {'fitted on':<44} {'row':<12} "
+              f"{'predicted':>9} {'measured':>8} {'error':>6}")
+    print(header)
     by_kind: dict[str, list[float]] = defaultdict(list)
-    for s in by_source(rows):
+
+    def show(p: StepPrediction) -> None:
+        err = p.predicted_efficiency - p.measured_efficiency
+        by_kind[kind(p.row)].append(abs(err))
+        print(f"{p.source:<36} {kind(p.row):<6} {p.fitted_on:<44} "
+              f"{p.row.roofline.spec.label:<12} {p.predicted_efficiency:>9.2f} "
+              f"{p.measured_efficiency:>8.2f} {err:>+6.2f}")
+
+    for s in sources:
         for p in two_part_predictions(s):
-            err = p.predicted_efficiency - p.measured_efficiency
-            by_kind[kind(p.row)].append(abs(err))
-            print(f"{p.source:<36} {kind(p.row):<6} {p.fitted_on:<40} "
-                  f"{p.row.roofline.spec.label:<12} {p.predicted_efficiency:>9.2f} "
-                  f"{p.measured_efficiency:>8.2f} {err:>+6.2f}")
+            show(p)
+    print()
+    print("the same engine's method on another model: its drafting cost fitted on one model as a")
+    print("multiple of that drafter's roofline time, predicting the other model's row:")
+    print(header)
+    for p in cross_model_predictions(sources):
+        show(p)
     errors = [e for es in by_kind.values() for e in es]
     if errors:
         parts = ", ".join(f"{k} {sum(e <= 0.05 for e in es)}/{len(es)}"

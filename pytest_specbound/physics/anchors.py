@@ -204,27 +204,32 @@ def kind(a: Anchor) -> str:
 
 
 def fit_draft_cost(fit: list[Anchor], excess: float) -> DraftCost:
-    """From the two fewest-step chains of a method: both parts (a negative slope is not
-    physics: then the mean, all fixed); from one row: all per forward, the fixed part assumed 0."""
+    """From the rows of a method's two fewest step counts (rows at one count pooled by their
+    mean): both parts (a negative slope is not physics: then the mean, all fixed); from one
+    step count: all per forward, the fixed part assumed 0. A tree counts by its forwards, its
+    verify width and node count being in its roofline (a draft forward's width is free where
+    the drafter is memory-bound)."""
     from pytest_specbound.physics.roofline import draft_forwards
 
-    points = [(draft_forwards(a.roofline.spec), _round_ms(a) - a.roofline.round_ms - excess)
-              for a in fit]
-    if len(points) >= 2 and points[1][0] != points[0][0]:
-        (f1, e1), (f2, e2) = points[:2]
+    counts: dict[int, list[Anchor]] = {}
+    for a in fit:
+        counts.setdefault(draft_forwards(a.roofline.spec), []).append(a)
+    points = [(f, statistics.fmean(_round_ms(a) - a.roofline.round_ms - excess for a in rows),
+               "+".join(dict.fromkeys(a.roofline.spec.label for a in rows)))
+              for f, rows in sorted(counts.items())]
+    if len(points) >= 2:
+        (f1, e1, l1), (f2, e2, l2) = points[:2]
         slope = (e2 - e1) / (f2 - f1)
         if slope >= 0:
-            return DraftCost(e1 - slope * f1, slope,
-                             f"{fit[0].roofline.spec.label} and {fit[1].roofline.spec.label}")
-        return DraftCost((e1 + e2) / 2, 0.0, f"{fit[0].roofline.spec.label} and "
-                         f"{fit[1].roofline.spec.label} (slope below 0: all fixed)")
-    f1, e1 = points[0]
-    return DraftCost(0.0, e1 / f1, f"{fit[0].roofline.spec.label} (fixed part assumed 0)")
+            return DraftCost(e1 - slope * f1, slope, f"{l1} and {l2}")
+        return DraftCost((e1 + e2) / 2, 0.0, f"{l1} and {l2} (slope below 0: all fixed)")
+    f1, e1, l1 = points[0]
+    return DraftCost(0.0, e1 / f1, f"{l1} (fixed part assumed 0)")
 
 
 def two_part_predictions(s: SourceFidelity) -> list[StepPrediction]:
-    """Per method: the two-part cost fitted on its two fewest-step chains, every other row
-    predicted (a tree's extra nodes assumed free: the verify's own cost is in the roofline)."""
+    """Per method: the two-part cost fitted on the rows at its two fewest step counts (chains
+    and trees alike, :func:`fit_draft_cost`), every row at another step count predicted."""
     from pytest_specbound.physics.roofline import draft_forwards
 
     base = s.baseline
@@ -233,18 +238,51 @@ def two_part_predictions(s: SourceFidelity) -> list[StepPrediction]:
     for method in dict.fromkeys(a.roofline.spec.method for a in s.speculative):
         rows = [a for a in s.speculative if a.roofline.spec.method == method
                 and draft_forwards(a.roofline.spec) > 0]
-        if len({(a.roofline.spec.steps, a.roofline.spec.draft_tokens) for a in rows}) < 2:
+        counts = sorted({draft_forwards(a.roofline.spec) for a in rows})
+        if len(counts) < 2:
             continue
-        chains = sorted((a for a in rows if kind(a) == "chain"),
-                        key=lambda a: a.roofline.spec.steps)
-        fit = chains[:2] if len(chains) >= 3 or (len(chains) == 2 and len(rows) > 2) \
-            else (chains[:1] or [min(rows, key=lambda a: a.roofline.spec.steps)])
+        fitted = set(counts[:2]) if len(counts) >= 3 else set(counts[:1])
+        fit = [a for a in rows if draft_forwards(a.roofline.spec) in fitted]
         cost = fit_draft_cost(fit, excess)
         for a in rows:
-            if any(a is f for f in fit):
+            if draft_forwards(a.roofline.spec) in fitted:
                 continue
             floor = a.roofline.round_ms
             predicted = floor / (floor + excess + cost.extra_ms(draft_forwards(a.roofline.spec)))
             out.append(StepPrediction(s.label, method, cost.how, cost.per_forward_ms, a,
                                       predicted))
+    return out
+
+
+def cross_model_predictions(sources: list[SourceFidelity]) -> list[StepPrediction]:
+    """Per group, hardware, dtype and method run on several models (each beside its own
+    no-speculation row): the drafting cost fitted on the first model's row as a multiple of
+    its drafter's roofline time (the engine's draft phase at one efficiency, whatever the
+    size), each other model's row predicted. This is how a block (DFlash: one forward however
+    wide) is predicted where no source varied its width."""
+    out = []
+    by_setup: dict[tuple[str, str, str, str], list[tuple[SourceFidelity, Anchor]]] = {}
+    for s in sources:
+        for a in s.speculative:
+            key = (s.group, a.row["hw"], str(a.row.get("dtype") or ""),
+                   a.roofline.spec.label)
+            by_setup.setdefault(key, []).append((s, a))
+    for members in by_setup.values():
+        models = {s.baseline.row["model"] for s, _ in members}
+        if len(models) < 2:
+            continue
+        (s0, fit), rest = members[0], members[1:]
+        excess0 = _round_ms(s0.baseline) - s0.baseline.roofline.round_ms
+        draft0 = fit.roofline.components_ms["draft"]
+        multiple = (_round_ms(fit) - fit.roofline.round_ms - excess0) / draft0
+        for s, a in rest:
+            if s.baseline.row["model"] == s0.baseline.row["model"]:
+                continue
+            excess = _round_ms(s.baseline) - s.baseline.roofline.round_ms
+            floor = a.roofline.round_ms
+            extra = multiple * a.roofline.components_ms["draft"]
+            out.append(StepPrediction(
+                s.label, a.roofline.spec.method,
+                f"{s0.baseline.row['model']} {fit.roofline.spec.label} (x{multiple:.2f} its draft)",
+                extra, a, floor / (floor + excess + extra)))
     return out
