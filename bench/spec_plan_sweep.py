@@ -61,7 +61,13 @@ def main() -> None:
     from pytest_specbound.gate.budget import load_budget
     from pytest_specbound.gate.pool import ServerPool
     from pytest_specbound.gate.settings import resolve
-    from pytest_specbound.gate.spec_sweep import PlanAsk, against_sweep, plan_spec, sweep
+    from pytest_specbound.gate.spec_sweep import (
+        PlanAsk,
+        against_sweep,
+        plan_spec,
+        referee,
+        sweep,
+    )
     from pytest_specbound.physics.hardware import parse_hardware
     from pytest_specbound.report.spec_plan import render_plan
     from pytest_specbound.values import levels_text
@@ -72,6 +78,9 @@ def main() -> None:
     parser.add_argument("--measure", default="2,8")
     parser.add_argument("--levels", default="1,4")
     parser.add_argument("--samples", default="16")
+    parser.add_argument("--referee", type=int, default=8,
+                        help="requests per block where the plan's K and the sweep's best differ, "
+                             "the two measured side by side A B B A (0: none)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="spec-plan-"))
     path = (llama_plan_budget if args.server == "llama" else vllm_plan_budget)(folder)
@@ -95,16 +104,25 @@ def main() -> None:
         plan = plan_spec(budget, hw, settings, own,
                          PlanAsk(name, (k1, k2), tuple(args.steps), tuple(levels)), say)
         plan_s = time.monotonic() - started
+        rows = against_sweep(plan, points)
+        if args.referee:
+            rows = referee(budget, name, hw, settings, pool, rows, args.referee, say)
     finally:
         pool.close()
         own.close()
     print(render_plan(plan))
     print(f"{'level':>5}  {'sweep K':>7}  {'speedup':>7}  {'plan K':>6}  {'sweep there':>11}  "
-          f"{'ratio':>6}  sweep tells them apart")
-    for row in against_sweep(plan, points):
+          f"{'ratio':>6}  {'apart':>5}  side by side (A B B A): plan K / sweep K")
+    for row in rows:
+        ref = row.referee
+        side = (f"{ref.ratio:.3f} (pairs {ref.ratio_bounds[0]:.3f}-{ref.ratio_bounds[1]:.3f}; "
+                f"plan K {', '.join(f'{r:.1f}' for r in ref.plan_rates)}, sweep K "
+                f"{', '.join(f'{r:.1f}' for r in ref.sweep_rates)} tok/s)") if ref else \
+            "the same K" if row.plan_k == row.sweep_k else "not run"
         print(f"{row.concurrency:>5}  {row.sweep_k:>7}  {row.sweep_speedup:>6.2f}x  "
               f"{row.plan_k:>6}  {row.plan_speedup:>10.2f}x  {row.ratio:>6.3f}  "
-              f"{'no' if row.indistinct else 'yes'}")
+              f"{'no' if row.indistinct else 'yes':>5}  {side}; within 5%: "
+              f"{'yes' if row.agrees else 'NO'}")
     print(f"sweep: {launches} launches, {requests} requests, {sweep_s:.0f} s; plan: "
           f"{plan.launches} launches ({plan.launches / launches:.2f} of the sweep's), "
           f"{plan.requests} requests ({plan.requests / requests:.2f}), {plan_s:.0f} s")

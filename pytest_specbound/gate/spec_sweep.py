@@ -190,13 +190,17 @@ class Measurer:
                 self.pool.stop_launched()
         self._current = None
 
-    def at(self, steps: int, level: int) -> ClassResult:
+    def at(self, steps: int, level: int, requests: int | None = None) -> ClassResult:
+        """The class at ``steps`` and ``level``: until its rate is known to half the
+        resolution, or exactly ``requests`` of it (a referee's block)."""
         variant = at_steps(self.budget, steps, self.settings)
         cls = variant.classes[self.name].without_limits()
         plan = plan_class(variant, cls, self.hw, replace(self.settings, url=None, launch=None),
                           level)
         half = -math.log(1 - plan.rule.resolution) / 2
-        plan = replace(plan, rule=replace(plan.rule, precision=half))
+        plan = replace(plan, rule=replace(plan.rule, precision=half) if requests is None else
+                       replace(plan.rule, min_samples=requests, max_samples=requests,
+                               precision=None))
         if self._current is None or self._current[0] != steps:
             self._leave_current()
             self.launches += 1
@@ -211,6 +215,21 @@ class Measurer:
             self.say(f"{plan.what} at K={steps}: {result.decode_tok_s:.1f} tok/s per user, "
                      f"accept {result.accept_length or 1:.2f} over {result.samples} requests")
         return result
+
+    def block(self, steps: int, level: int, requests: int) -> ClassResult | None:
+        """``requests`` of the class at ``steps`` (K = 0: its twin, on the CPU on its server
+        kept up beside; None where the twin could not run)."""
+        if steps:
+            return self.at(steps, level, requests)
+        beside = self.twins.servers_fit_together
+        self._leave_current()
+        if not beside:
+            self.launches += 1
+        again = self.twins.recheck(self.budget, self.name, level, requests, beside)
+        if not isinstance(again, ClassResult):
+            return None
+        self.requests += again.samples + again.transient
+        return again
 
     def round_ms(self, steps: int, level: int) -> float:
         """The roofline's round at ``steps`` and this level's batch (no server needed)."""
@@ -318,6 +337,48 @@ def sweep(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: Ser
 
 
 @dataclass(frozen=True)
+class HeadToHead:
+    """Two step counts measured in alternating blocks at one level, A B B A (a drift in the
+    box's speed that is linear over the four cancels): each block's per-user decode rate."""
+
+    concurrency: int
+    plan_k: int
+    sweep_k: int
+    plan_rates: tuple[float, ...]
+    sweep_rates: tuple[float, ...]
+
+    @property
+    def ratio(self) -> float:
+        """The plan's K's rate over the sweep's best K's, the blocks pooled."""
+        return sum(self.plan_rates) / sum(self.sweep_rates)
+
+    @property
+    def ratio_bounds(self) -> tuple[float, float]:
+        """The lowest and highest ratio of a plan block to its neighbouring sweep block (A B and
+        B A): how far the box moved the ratio within the four."""
+        a1, a2 = self.plan_rates
+        b1, b2 = self.sweep_rates
+        pairs = (a1 / b1, a2 / b2)
+        return min(pairs), max(pairs)
+
+
+def head_to_head(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: ServerPool,
+                 ks: tuple[int, int], level: int, requests: int = 6,
+                 say: Say | None = None) -> HeadToHead:
+    """The plan's K (``ks[0]``) and the sweep's best (``ks[1]``) side by side at one level:
+    ``requests`` of each in the order A B B A, on their own launches (K = 0: the twin)."""
+    m = Measurer(budget, name, hw, settings, pool, say)
+    rates: dict[int, list[float]] = {k: [] for k in ks}
+    for k in (ks[0], ks[1], ks[1], ks[0]):
+        found = m.block(k, level, requests)
+        if found is None or found.decode_tok_s is None:
+            raise ConfigError(f"{name} at K={k}, concurrency {level}: no request was timed")
+        rates[k].append(found.decode_tok_s)
+    pool.stop_launched()
+    return HeadToHead(level, ks[0], ks[1], tuple(rates[ks[0]]), tuple(rates[ks[1]]))
+
+
+@dataclass(frozen=True)
 class AgainstSweep:
     """One level of a plan held against a sweep of every K: the sweep's best K and speedup,
     the plan's K and the sweep's own speedup there (the same run's conditions), and its ratio
@@ -329,6 +390,7 @@ class AgainstSweep:
     plan_k: int
     plan_speedup: float  # the sweep's measured speedup at the plan's K (1.0 at K = 0)
     indistinct: bool = False  # the sweep's own intervals at the two K overlap
+    referee: HeadToHead | None = None  # the two K side by side, where they differ
 
     @property
     def ratio(self) -> float:
@@ -336,8 +398,13 @@ class AgainstSweep:
 
     @property
     def agrees(self) -> bool:
-        """Within 5% of the sweep's best, or a K the sweep itself cannot tell from its best."""
-        return self.ratio >= 0.95 or self.indistinct
+        """The same K; else within 5% of the sweep's best side by side (the A B B A blocks,
+        where they were run), or in the sweep itself."""
+        if self.plan_k == self.sweep_k:
+            return True
+        if self.referee is not None:
+            return self.referee.ratio >= 0.95
+        return self.ratio >= 0.95
 
 
 def against_sweep(plan: SpecPlan, points: dict[int, dict[int, Measured]]) -> list[AgainstSweep]:
@@ -356,3 +423,13 @@ def against_sweep(plan: SpecPlan, points: dict[int, dict[int, Measured]]) -> lis
                                 found.rate / base if found else math.nan, overlap))
     return out
 
+
+
+def referee(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: ServerPool,
+            rows: Sequence[AgainstSweep], requests: int = 6,
+            say: Say | None = None) -> list[AgainstSweep]:
+    """Each level where the plan's K and the sweep's best differ, the two measured side by side
+    (:func:`head_to_head`): a sweep's best on a noisy box may be its luckiest point."""
+    return [replace(r, referee=head_to_head(budget, name, hw, settings, pool,
+                                            (r.plan_k, r.sweep_k), r.concurrency, requests, say))
+            if r.plan_k != r.sweep_k else r for r in rows]

@@ -178,8 +178,10 @@ class Sampler:
                 if accept is not None:
                     record = replace(record, accept_length=accept, accept_source="metrics")
         record = replace(record, tokens_per_event=server_chunk(record, self.max_accept))
-        if record.accept_source not in ("server", "metrics") and record.tokens_per_event is None:
-            # (events of a stream interval are not verify steps: no estimate from them)
+        if record.accept_source not in ("server", "metrics") and record.tokens_per_event is None \
+                and self.max_accept > 1:
+            # (events of a stream interval are not verify steps: no estimate from them; a server
+            # that drafts nothing verifies one token a step: bursts there are the network's)
             estimate = burst_accept(record.chunk_times_s, record.decode_tokens,
                                     self.backend.chunks_are_steps)
             if estimate is not None:

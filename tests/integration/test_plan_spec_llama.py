@@ -13,7 +13,7 @@ import pytest
 from pytest_specbound.gate.budget import load_budget
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.settings import resolve
-from pytest_specbound.gate.spec_sweep import PlanAsk, against_sweep, plan_spec, sweep
+from pytest_specbound.gate.spec_sweep import PlanAsk, against_sweep, plan_spec, referee, sweep
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.report.spec_plan import render_plan
 from tests.integration.budgets import llama_budget, synth_launch
@@ -43,22 +43,25 @@ def test_the_plan_costs_a_third_of_a_sweep_and_predicts_its_accept_lengths(
     try:
         points, launches, requests = sweep(budget, "coding", hw, settings, pool, STEPS, LEVELS)
         plan = plan_spec(budget, hw, settings, own, PlanAsk("coding", (2, 8), STEPS, LEVELS))
+        # where the plan's K and the sweep's best differ, the two side by side, A B B A
+        rows = referee(budget, "coding", hw, settings, pool, against_sweep(plan, points), 6)
     finally:
         pool.close()
         own.close()
     doc = plan.to_json()
-    rows = against_sweep(plan, points)
     said = render_plan(plan) + "".join(
         f"c{r.concurrency}: sweep best K={r.sweep_k} {r.sweep_speedup:.2f}x, plan K={r.plan_k} "
-        f"{r.plan_speedup:.2f}x in the sweep\n" for r in rows) + "".join(
+        f"{r.plan_speedup:.2f}x in the sweep" + (
+            f"; side by side {r.referee.plan_rates} against {r.referee.sweep_rates} tok/s"
+            if r.referee else "") + "\n" for r in rows) + "".join(
         f"sweep K={k}: " + ", ".join(f"c{c} {m.rate:.0f} tok/s accept {m.accept:.2f}"
                                       for c, m in sorted(points[k].items())) + "\n"
         for k in sorted(points))
-    # Which K the sweep finds best is not asserted: on this tiny target every K runs within
-    # tens of percent of none, and this 2-core box moves a measurement's rate by as much
-    # between measurements a minute apart (a sweep's "best" is then its luckiest point);
-    # bench/spec_plan_sweep.py prints the comparison on the CPU demo's larger target.
+    # the recommended K within 5% of the sweep's best: the same K, or the two measured side by
+    # side in A B B A blocks (this 2-core box moves a rate 10-40% between measurements a
+    # minute apart, so a sweep's single best point is often its luckiest)
     assert all(r.plan_k in points and math.isfinite(r.plan_speedup) for r in rows), said
+    assert all(r.agrees for r in rows), said
     # at most a third of the sweep's launches and requests: the twin, K=2, K=8, the twin again
     # on its server kept up (and one more launch where a K is recommended, its confirmation):
     # 4 of 14 launches; over K 1-11 the requests came to 92 of 271, just over a third

@@ -45,6 +45,23 @@ def test_no_accept_statistics_falls_back_to_flagged_estimate():
     assert m.accept_length == pytest.approx(4.0, rel=0.05)
 
 
+def test_a_server_without_speculation_gets_no_estimate_from_its_bursts():
+    """The twin (no drafting: one token a verify step) streaming in bursts: no accept length
+    made up from them (a real llama-server's network reads gave 1.4-1.6 a request)."""
+    def sampled(max_accept: int):
+        with FakeServer("llamacpp", Script(drafted=False, fault="nometrics")) as srv:
+            sampler = Sampler(Endpoint(srv.url), get_backend("llamacpp"), None,
+                              max_accept=max_accept)
+            return measure(sampler, Workload(PROMPTS, 41, warmup=1), Stopping(FixedCount(3)))
+
+    drafting = sampled(8)  # the same stream from a server that may draft: estimated, flagged
+    assert drafting.accept_source == "estimate", drafting.accept_source
+    m = sampled(1)
+    assert not m.failures, [r.error for r in m.failures]
+    assert m.accept_length is None and m.accept_source == "none"
+    assert all(r.accept_length is None for r in m.records)
+
+
 def test_generic_openai_estimates_from_chunks():
     m, _ = run("vllm", backend="openai")
     assert m.accept_source == "estimate" and m.accept_length == pytest.approx(4.0)

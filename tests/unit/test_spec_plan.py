@@ -4,6 +4,7 @@ acceptance per position, fitted on two step counts and the twin, predict every o
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -173,3 +174,20 @@ def test_the_default_step_counts_sit_a_quarter_and_three_quarters_into_the_range
 
     assert apart(tuple(range(1, 9))) == (2, 6) and apart(tuple(range(1, 12))) == (3, 8)
     assert apart((1, 2)) == (1, 2) and apart((4,)) == (4, 5)
+
+
+def test_the_sweeps_best_and_the_plans_k_side_by_side_decide_the_five_percent():
+    """A plan's K against a sweep's best: the same K agrees; a different K agrees when its A B B
+    A blocks pool within 5% of the best's, whatever the sweep's single points said (a sweep's
+    best on a noisy box may be its luckiest point), and not when they pool further under."""
+    from pytest_specbound.gate.spec_sweep import AgainstSweep, HeadToHead
+
+    lucky = AgainstSweep(1, sweep_k=3, sweep_speedup=1.60, plan_k=5, plan_speedup=1.30)
+    assert not lucky.agrees and lucky.ratio < 0.95  # the sweep's points alone
+    close = HeadToHead(1, 5, 3, plan_rates=(100.0, 90.0), sweep_rates=(98.0, 96.0))
+    assert math.isclose(close.ratio, 190 / 194)
+    assert close.ratio_bounds == (90 / 96, 100 / 98)
+    assert replace(lucky, referee=close).agrees
+    worse = HeadToHead(1, 5, 3, plan_rates=(88.0, 86.0), sweep_rates=(98.0, 96.0))
+    assert not replace(lucky, referee=worse).agrees
+    assert AgainstSweep(1, 0, 1.0, 0, 1.0).agrees
