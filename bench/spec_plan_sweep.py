@@ -10,7 +10,8 @@ launches and requests each took.
 llama: llama-server with the CPU demo's models (a 0.2 GB target whose verify grows with K on
 the CPU, a small draft model) and a synthetic acceptance per position (``--spec-synth-rates``,
 position i accepted with probability 0.92 x 0.82^(i-1)), the drafting real. vllm: the CPU
-wheel with a tiny local llama and n-gram lookup on repetitive prompts.
+wheel with a tiny local llama and n-gram lookup on repetitive prompts, its per-request
+acceptance histogram on (the acceptance per draft position).
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def vllm_plan_budget(folder: Path) -> Path:
 
     model = write_tiny_llama(folder / "tiny-llama")
     path = folder / "plan-vllm.toml"
-    path.write_text(vllm_ngram_budget(model, served_name=True, tables="""
+    # per-request counts of rounds by accepted length: the acceptance per draft position
+    path.write_text(vllm_ngram_budget(model, ("--per-request-spec-decode-metrics", "summary"),
+                                      served_name=True, tables="""
 [classes.repetitive]
 prompts = "repetitive"
 max_tokens = 64

@@ -208,6 +208,7 @@ class LevelPlan:
                           "accept_length": round(m.accept, 3)} for m in self.measured],
             "acceptance": {"first": round(self.acceptance.first, 4),
                            "decay": round(self.acceptance.decay, 4),
+                           "positions": [round(x, 4) for x in self.acceptance.measured],
                            "how": self.acceptance.how},
             "draft_cost_ms": {"fixed": round(self.cost.fixed_ms, 4),
                               "per_unit": round(self.cost.per_unit_ms, 4), "unit": self.unit},

@@ -285,6 +285,10 @@ def plan_spec(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool
         plan = predict_level(level, twin,
                              [measured_from(points[k][level], k) for k in sorted(measure_steps)],
                              model, list(steps))
+        if not plan.acceptance.measured and server_config(budget, settings).backend == "vllm":
+            plan = replace(plan, acceptance=replace(plan.acceptance, how=(
+                plan.acceptance.how + " (vLLM counts it per position with "
+                "--per-request-spec-decode-metrics summary)")))
         out.levels.append(replace(plan, base_drift=drift))
     if ask.confirm:
         by_k: dict[int, list[int]] = {}

@@ -44,8 +44,10 @@ FAMILIES: dict[str, SpeculationFlags] = {
     "vllm": SpeculationFlags(
         programs=("vllm", "vllm.entrypoints"),
         prefixes=("--speculative-", "--speculative_"),
+        # --per-request-spec-decode-metrics: vLLM refuses to start with it and no speculation
         valued=("-sc", "--num-speculative-tokens", "--ngram-prompt-lookup-max",
-                "--ngram-prompt-lookup-min", "--spec-decoding-acceptance-method")),
+                "--ngram-prompt-lookup-min", "--spec-decoding-acceptance-method",
+                "--per-request-spec-decode-metrics", "--per_request_spec_decode_metrics")),
     "sglang": SpeculationFlags(programs=("sglang",), prefixes=("--speculative-",)),
     "tgi": SpeculationFlags(programs=("text-generation-launcher",), valued=("--speculate",)),
 }

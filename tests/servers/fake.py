@@ -29,6 +29,7 @@ class Script:
     fault: str | None = None
     fault_after: int = 3  # events before a mid-stream fault
     per_request_metrics: bool = True  # vLLM --per-request-spec-decode-metrics
+    num_spec_tokens: int = 3  # vLLM's num_speculative_tokens: drafts a step
     request_log: str | None = None  # append "TAG PATH" per completion request (launched fakes)
     request_tag: str = "-"
     ready_after_s: float = 0.0
@@ -564,10 +565,15 @@ class _Handler(BaseHTTPRequestHandler):
             if fam == "vllm" and self.s.per_request_metrics:
                 steps = len(self.s.steps)
                 acc = sum(k - 1 for k in self.s.steps)
+                k = self.s.num_spec_tokens
+                histogram = [0] * (k + 1)  # steps by accepted drafts, as vLLM's summary level
+                for n in self.s.steps:
+                    histogram[min(k, n - 1)] += 1
                 final["metrics"] = {"speculative_decoding": {
                     "mean_acceptance_length": 1 + acc / steps,
-                    "draft_acceptance_rate": acc / (3 * steps), "num_spec_steps": steps,
-                    "num_accepted_draft_tokens": acc, "num_draft_tokens": 3 * steps}}
+                    "draft_acceptance_rate": acc / (k * steps), "num_spec_steps": steps,
+                    "num_accepted_draft_tokens": acc, "num_draft_tokens": k * steps,
+                    "acceptance_histogram": histogram, "num_spec_tokens": k}}
             if fam == "llamacpp":
                 ms = (time.perf_counter() - start) * 1e3
                 final["timings"] = {"prompt_n": 12, "predicted_n": total, "predicted_ms": ms,
@@ -644,6 +650,9 @@ def main() -> None:
                              "--speculative-config is given")
     parser.add_argument("--speculative-config", help="vLLM's: JSON; num_speculative_tokens K "
                         "drafts accepted whole (K + 1 tokens per step)")
+    parser.add_argument("--per-request-spec-decode-metrics", default="summary",
+                        choices=("none", "summary", "detailed"),
+                        help="vLLM's (its default is none; the fake's summary)")
     args, _ = parser.parse_known_args()
     if args.launches:
         with open(args.launches, "a") as f:
@@ -659,7 +668,8 @@ def main() -> None:
                     request_tag="spec" if args.speculative_config else "plain")
     if args.speculative_config:
         k = int(json.loads(args.speculative_config).get("num_speculative_tokens", 3))
-        script = replace(script, steps=[k + 1] * (40 // (k + 1)))
+        script = replace(script, steps=[k + 1] * (40 // (k + 1)), num_spec_tokens=k,
+                         per_request_metrics=args.per_request_spec_decode_metrics != "none")
     elif args.plain_unless_speculative:  # one token a step, a step a little cheaper than a verify
         script = replace(script, steps=[1] * 40, step_s=args.step_s * 0.8,
                          per_request_metrics=False)

@@ -30,6 +30,10 @@ ORIGIN = "b.toml:7: server.launch"
      " --port 8000", "auto", "vllm serve /m --port 8000"),
     ("python -m vllm.entrypoints.openai.api_server --model /m --speculative_config={} -tp 2",
      "vllm", "python -m vllm.entrypoints.openai.api_server --model /m -tp 2"),
+    # vLLM refuses its per-request spec-decode metrics without speculation: both go
+    ("vllm serve /m -sc '{\"method\": \"ngram\"}' --per-request-spec-decode-metrics summary "
+     "--port 8000", "vllm", "vllm serve /m --port 8000"),
+    ("vllm serve /m -sc {} --per-request-spec-decode-metrics=detailed", "vllm", "vllm serve /m"),
     ("python3 -m sglang.launch_server --model-path m --speculative-algorithm EAGLE3 "
      "--speculative-draft-model-path d --speculative-num-steps 3 --speculative-eagle-topk 1 "
      "--speculative-num-draft-tokens 4 --tp 8", "auto",

@@ -1,0 +1,49 @@
+"""``specbound plan-spec`` end to end on protocol-faithful vLLM servers launched as ``vllm
+serve`` (the shim of test_speedup_plugin): the twin from the launch without speculation, the
+step counts written into ``--speculative-config``, the acceptance per position from vLLM's
+per-request histogram where the launch asks for it, the table, the JSON and the plot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.plugin.test_speedup_plugin import write_budget
+
+
+@pytest.mark.parametrize("metrics", ["summary", "none"])
+def test_the_plan_on_a_fake_vllm_counts_acceptance_per_position_where_vllm_does(
+        pytester_env, capsys, metrics):
+    from pytest_specbound.cli import main
+
+    budget = write_budget(pytester_env)
+    text = budget.read_text().replace(
+        "--port {port}", f"--per-request-spec-decode-metrics {metrics} --port {{port}}")
+    budget.write_text(text)
+    out = pytester_env.path
+    code = main(["plan-spec", str(budget), "--hw", "h100", "--measure", "1,3", "--steps", "1-5",
+                 "--concurrency", "1", "--samples", "8", "--json", str(out / "plan.json"),
+                 "--plot", str(out / "plan.png"), "--log-dir", str(out / "logs")])
+    said = capsys.readouterr()
+    assert code == 0, said.out + said.err
+    plan = json.loads((out / "plan.json").read_text())
+    (level,) = plan["levels"]
+    # the fake accepts every draft: (K + 1) tokens a 7 ms step against one token a 5.6 ms step
+    # without speculation, so the longest chain predicted is the fastest, and it is confirmed
+    assert level["recommended_steps"] == 5, said.out
+    assert "confirmed: K=5 measured" in said.out
+    commands = plan["commands"]
+    assert set(commands) == {"1", "3", "5"}
+    assert all(f'"num_speculative_tokens":{k}' in commands[k] for k in commands), commands
+    how = level["acceptance"]["how"]
+    if metrics == "summary":  # every position accepted, counted by vLLM per position
+        assert how.startswith("measured per position 1-3"), how
+        assert level["acceptance"]["positions"] == [1.0, 1.0, 1.0]
+        assert all(abs(p["accept_length"] - (p["steps"] + 1)) < 0.01
+                   for p in level["predictions"])
+    else:  # vLLM counts nothing per request: fitted through two accept lengths, and said how
+        assert how.startswith("fitted on K=1 and K=3") and \
+            "--per-request-spec-decode-metrics summary" in how, how
+        assert level["acceptance"]["positions"] == []
+    assert (out / "plan.png").stat().st_size > 0
