@@ -146,6 +146,7 @@ class Measurer:
     commands: dict[int, str] = field(default_factory=dict)
     _current: tuple[int, ServerConfig] | None = None
     _twins: Twins | None = None
+    _twin_warm: bool = False  # the twin's server has answered this measurer since its launch
 
     @property
     def twins(self) -> Twins:
@@ -225,7 +226,13 @@ class Measurer:
         self._leave_current()
         if not beside:
             self.launches += 1
-        again = self.twins.recheck(self.budget, self.name, level, requests, beside)
+        if not beside or not self._twin_warm:  # a fresh server: one request first, unmeasured
+            warm = self.twins.recheck(self.budget, self.name, level, 1, beside=True)
+            self.requests += 1
+            self._twin_warm = beside and isinstance(warm, ClassResult)
+        again = self.twins.recheck(self.budget, self.name, level, requests, beside=True)
+        if not beside:  # on a GPU the next step count's server needs the memory
+            self.pool.stop_launched()
         if not isinstance(again, ClassResult):
             return None
         self.requests += again.samples + again.transient

@@ -47,3 +47,32 @@ def test_the_plan_on_a_fake_vllm_counts_acceptance_per_position_where_vllm_does(
             "--per-request-spec-decode-metrics summary" in how, how
         assert level["acceptance"]["positions"] == []
     assert (out / "plan.png").stat().st_size > 0
+
+
+def test_side_by_side_blocks_alternate_and_read_each_ks_own_rate(pytester_env):
+    """The referee against a sweep: K=3 and the twin in blocks A B B A on their own launches
+    (a fresh twin warmed by one unmeasured request), each block's rate the fake's own: 4 tokens
+    a 7 ms step against 1 token a 5.6 ms step."""
+    from pytest_specbound.gate.budget import load_budget
+    from pytest_specbound.gate.pool import ServerPool
+    from pytest_specbound.gate.settings import resolve
+    from pytest_specbound.gate.spec_sweep import head_to_head
+    from pytest_specbound.physics.hardware import parse_hardware
+
+    budget = load_budget(write_budget(pytester_env))
+    settings = resolve({}, {}, lambda _: None)
+    pool = ServerPool(pytester_env.path / "logs")
+    try:
+        found = head_to_head(budget, "chat", parse_hardware("h100"), settings, pool, (3, 0), 1,
+                             requests=3)
+    finally:
+        pool.close()
+    assert len(found.plan_rates) == len(found.sweep_rates) == 2
+    spec, plain = 4 / 0.007, 1 / 0.0056
+    # the fake's steps are sleeps: a loaded box only lengthens them
+    assert all(0.5 * spec < r <= 1.05 * spec for r in found.plan_rates), found
+    assert all(0.5 * plain < r <= 1.05 * plain for r in found.sweep_rates), found
+    assert found.ratio > 2, found
+    launched = (pytester_env.path / "launches.txt").read_text().split()
+    # on a GPU (h100) one server at a time: K=3, the twin, the twin again, K=3 again
+    assert len(launched) == 4, launched
