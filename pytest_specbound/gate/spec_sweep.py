@@ -1,13 +1,13 @@
 """``specbound plan-spec``'s measuring side: one budget class launched at given draft step counts
 (and its twin without speculation), each measured at every level until its decode rate is known
 to half the resolution; the plan (gate/spec_plan.py) from the twin and two step counts, and the
-recommended K measured once more. :func:`sweep` measures every K instead, to hold the plan
-against (bench/spec_plan_sweep.py, the real-server tests)."""
+recommended K measured once more. gate/against_sweep.py measures every K instead, to hold the
+plan against."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist, stdev
 
@@ -328,119 +328,3 @@ def pooled(first: Measured, later: Measured) -> tuple[Measured, float]:
 def _unit(spec: Speculation) -> str:
     return "drafted token" if draft_forwards(Speculation(spec.method, 1, 1)) == 0 else \
         "draft forward"
-
-
-def sweep(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: ServerPool,
-          steps: Iterable[int], levels: Sequence[int], say: Say | None = None
-          ) -> tuple[dict[int, dict[int, Measured]], int, int]:
-    """Every K measured at every level (K = 0: the twin), as a sweep does it: (K -> level ->
-    measured, launches, requests)."""
-    m = Measurer(budget, name, hw, settings, pool, say)
-    found: dict[int, dict[int, Measured]] = {}
-    base = m.twin(levels)
-    found[0] = {level: measured_from(base[level], 0) for level in levels}
-    for k in steps:
-        if k == 0:
-            continue
-        found[k] = {level: measured_from(m.at(k, level), k) for level in levels}
-    pool.stop_launched()
-    return found, m.launches, m.requests
-
-
-@dataclass(frozen=True)
-class HeadToHead:
-    """Two step counts measured in alternating blocks at one level, A B B A (a drift in the
-    box's speed that is linear over the four cancels): each block's per-user decode rate."""
-
-    concurrency: int
-    plan_k: int
-    sweep_k: int
-    plan_rates: tuple[float, ...]
-    sweep_rates: tuple[float, ...]
-
-    @property
-    def ratio(self) -> float:
-        """The plan's K's rate over the sweep's best K's, the blocks pooled."""
-        return sum(self.plan_rates) / sum(self.sweep_rates)
-
-    @property
-    def ratio_bounds(self) -> tuple[float, float]:
-        """The lowest and highest ratio of a plan block to its neighbouring sweep block (A B and
-        B A): how far the box moved the ratio within the four."""
-        a1, a2 = self.plan_rates
-        b1, b2 = self.sweep_rates
-        pairs = (a1 / b1, a2 / b2)
-        return min(pairs), max(pairs)
-
-
-def head_to_head(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: ServerPool,
-                 ks: tuple[int, int], level: int, requests: int = 6,
-                 say: Say | None = None) -> HeadToHead:
-    """The plan's K (``ks[0]``) and the sweep's best (``ks[1]``) side by side at one level:
-    ``requests`` of each in the order A B B A, on their own launches (K = 0: the twin)."""
-    m = Measurer(budget, name, hw, settings, pool, say)
-    rates: dict[int, list[float]] = {k: [] for k in ks}
-    for k in (ks[0], ks[1], ks[1], ks[0]):
-        found = m.block(k, level, requests)
-        if found is None or found.decode_tok_s is None:
-            raise ConfigError(f"{name} at K={k}, concurrency {level}: no request was timed")
-        rates[k].append(found.decode_tok_s)
-    pool.stop_launched()
-    return HeadToHead(level, ks[0], ks[1], tuple(rates[ks[0]]), tuple(rates[ks[1]]))
-
-
-@dataclass(frozen=True)
-class AgainstSweep:
-    """One level of a plan held against a sweep of every K: the sweep's best K and speedup,
-    the plan's K and the sweep's own speedup there (the same run's conditions), and its ratio
-    to the best."""
-
-    concurrency: int
-    sweep_k: int
-    sweep_speedup: float
-    plan_k: int
-    plan_speedup: float  # the sweep's measured speedup at the plan's K (1.0 at K = 0)
-    indistinct: bool = False  # the sweep's own intervals at the two K overlap
-    referee: HeadToHead | None = None  # the two K side by side, where they differ
-
-    @property
-    def ratio(self) -> float:
-        return self.plan_speedup / self.sweep_speedup if self.sweep_speedup > 0 else math.nan
-
-    @property
-    def agrees(self) -> bool:
-        """The same K; else within 5% of the sweep's best side by side (the A B B A blocks,
-        where they were run), or in the sweep itself."""
-        if self.plan_k == self.sweep_k:
-            return True
-        if self.referee is not None:
-            return self.referee.ratio >= 0.95
-        return self.ratio >= 0.95
-
-
-def against_sweep(plan: SpecPlan, points: dict[int, dict[int, Measured]]) -> list[AgainstSweep]:
-    """Per level: the plan's recommendation against the sweep's best (K = 0 counts: a sweep
-    may find that no speculation is best)."""
-    out = []
-    for level in plan.levels:
-        c = level.concurrency
-        base = points[0][c].rate
-        best = max(points, key=lambda k: points[k][c].rate)
-        k = level.recommended
-        found = points.get(k, {}).get(c)
-        top = points[best][c]
-        overlap = found is not None and found.rate_bounds[1] >= top.rate_bounds[0]
-        out.append(AgainstSweep(c, best, top.rate / base, k,
-                                found.rate / base if found else math.nan, overlap))
-    return out
-
-
-
-def referee(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: ServerPool,
-            rows: Sequence[AgainstSweep], requests: int = 6,
-            say: Say | None = None) -> list[AgainstSweep]:
-    """Each level where the plan's K and the sweep's best differ, the two measured side by side
-    (:func:`head_to_head`): a sweep's best on a noisy box may be its luckiest point."""
-    return [replace(r, referee=head_to_head(budget, name, hw, settings, pool,
-                                            (r.plan_k, r.sweep_k), r.concurrency, requests, say))
-            if r.plan_k != r.sweep_k else r for r in rows]

@@ -53,18 +53,19 @@ def test_side_by_side_blocks_alternate_and_read_each_ks_own_rate(pytester_env):
     """The referee against a sweep: K=3 and the twin in blocks A B B A on their own launches
     (a fresh twin warmed by one unmeasured request), each block's rate the fake's own: 4 tokens
     a 7 ms step against 1 token a 5.6 ms step."""
+    from pytest_specbound.gate.against_sweep import head_to_head
     from pytest_specbound.gate.budget import load_budget
     from pytest_specbound.gate.pool import ServerPool
     from pytest_specbound.gate.settings import resolve
-    from pytest_specbound.gate.spec_sweep import head_to_head
+    from pytest_specbound.gate.spec_sweep import Measurer
     from pytest_specbound.physics.hardware import parse_hardware
 
     budget = load_budget(write_budget(pytester_env))
     settings = resolve({}, {}, lambda _: None)
     pool = ServerPool(pytester_env.path / "logs")
     try:
-        found = head_to_head(budget, "chat", parse_hardware("h100"), settings, pool, (3, 0), 1,
-                             requests=3)
+        found = head_to_head(Measurer(budget, "chat", parse_hardware("h100"), settings, pool),
+                             (3, 0), 1, requests=3)
     finally:
         pool.close()
     assert len(found.plan_rates) == len(found.sweep_rates) == 2

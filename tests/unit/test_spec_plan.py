@@ -180,7 +180,7 @@ def test_the_sweeps_best_and_the_plans_k_side_by_side_decide_the_five_percent():
     """A plan's K against a sweep's best: the same K agrees; a different K agrees when its A B B
     A blocks pool within 5% of the best's, whatever the sweep's single points said (a sweep's
     best on a noisy box may be its luckiest point), and not when they pool further under."""
-    from pytest_specbound.gate.spec_sweep import AgainstSweep, HeadToHead
+    from pytest_specbound.gate.against_sweep import AgainstSweep, HeadToHead
 
     lucky = AgainstSweep(1, sweep_k=3, sweep_speedup=1.60, plan_k=5, plan_speedup=1.30)
     assert not lucky.agrees and lucky.ratio < 0.95  # the sweep's points alone

@@ -1,0 +1,131 @@
+"""A speculation plan held against a brute-force sweep: every K launched and measured at every
+level (as ``vllm bench sweep`` does it), the plan's K against the sweep's best, and where they
+differ the two measured side by side (bench/spec_plan_sweep.py, the real-server tests)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from pytest_specbound.errors import ConfigError
+from pytest_specbound.gate.budget import Budget
+from pytest_specbound.gate.pool import ServerPool
+from pytest_specbound.gate.settings import Settings
+from pytest_specbound.gate.spec_plan import Measured
+from pytest_specbound.gate.spec_sweep import Measurer, Say, SpecPlan, measured_from
+from pytest_specbound.physics.hardware import Hardware
+
+
+def sweep(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: ServerPool,
+          steps: Iterable[int], levels: Sequence[int], say: Say | None = None
+          ) -> tuple[dict[int, dict[int, Measured]], int, int]:
+    """Every K measured at every level (K = 0: the twin), as a sweep does it: (K -> level ->
+    measured, launches, requests)."""
+    m = Measurer(budget, name, hw, settings, pool, say)
+    found: dict[int, dict[int, Measured]] = {}
+    base = m.twin(levels)
+    found[0] = {level: measured_from(base[level], 0) for level in levels}
+    for k in steps:
+        if k == 0:
+            continue
+        found[k] = {level: measured_from(m.at(k, level), k) for level in levels}
+    pool.stop_launched()
+    return found, m.launches, m.requests
+
+
+@dataclass(frozen=True)
+class HeadToHead:
+    """Two step counts measured in alternating blocks at one level, A B B A (a drift in the
+    box's speed that is linear over the four cancels): each block's per-user decode rate."""
+
+    concurrency: int
+    plan_k: int
+    sweep_k: int
+    plan_rates: tuple[float, ...]
+    sweep_rates: tuple[float, ...]
+
+    @property
+    def ratio(self) -> float:
+        """The plan's K's rate over the sweep's best K's, the blocks pooled."""
+        return sum(self.plan_rates) / sum(self.sweep_rates)
+
+    @property
+    def ratio_bounds(self) -> tuple[float, float]:
+        """The lowest and highest ratio of a plan block to its neighbouring sweep block (A B and
+        B A): how far the box moved the ratio within the four."""
+        a1, a2 = self.plan_rates
+        b1, b2 = self.sweep_rates
+        pairs = (a1 / b1, a2 / b2)
+        return min(pairs), max(pairs)
+
+
+def head_to_head(m: Measurer, ks: tuple[int, int], level: int,
+                 requests: int = 6) -> HeadToHead:
+    """The plan's K (``ks[0]``) and the sweep's best (``ks[1]``) side by side at one level:
+    ``requests`` of each in the order A B B A, on their own launches (K = 0: the twin)."""
+    rates: dict[int, list[float]] = {k: [] for k in ks}
+    for k in (ks[0], ks[1], ks[1], ks[0]):
+        found = m.block(k, level, requests)
+        if found is None or found.decode_tok_s is None:
+            raise ConfigError(f"{m.name} at K={k}, concurrency {level}: no request was timed")
+        rates[k].append(found.decode_tok_s)
+    m.pool.stop_launched()
+    return HeadToHead(level, ks[0], ks[1], tuple(rates[ks[0]]), tuple(rates[ks[1]]))
+
+
+@dataclass(frozen=True)
+class AgainstSweep:
+    """One level of a plan held against a sweep of every K: the sweep's best K and speedup,
+    the plan's K and the sweep's own speedup there (the same run's conditions), and its ratio
+    to the best."""
+
+    concurrency: int
+    sweep_k: int
+    sweep_speedup: float
+    plan_k: int
+    plan_speedup: float  # the sweep's measured speedup at the plan's K (1.0 at K = 0)
+    indistinct: bool = False  # the sweep's own intervals at the two K overlap
+    referee: HeadToHead | None = None  # the two K side by side, where they differ
+
+    @property
+    def ratio(self) -> float:
+        return self.plan_speedup / self.sweep_speedup if self.sweep_speedup > 0 else math.nan
+
+    @property
+    def agrees(self) -> bool:
+        """The same K; else within 5% of the sweep's best side by side (the A B B A blocks,
+        where they were run), or in the sweep itself."""
+        if self.plan_k == self.sweep_k:
+            return True
+        if self.referee is not None:
+            return self.referee.ratio >= 0.95
+        return self.ratio >= 0.95
+
+
+def against_sweep(plan: SpecPlan, points: dict[int, dict[int, Measured]]) -> list[AgainstSweep]:
+    """Per level: the plan's recommendation against the sweep's best (K = 0 counts: a sweep
+    may find that no speculation is best)."""
+    out = []
+    for level in plan.levels:
+        c = level.concurrency
+        base = points[0][c].rate
+        best = max(points, key=lambda k: points[k][c].rate)
+        k = level.recommended
+        found = points.get(k, {}).get(c)
+        top = points[best][c]
+        overlap = found is not None and found.rate_bounds[1] >= top.rate_bounds[0]
+        out.append(AgainstSweep(c, best, top.rate / base, k,
+                                found.rate / base if found else math.nan, overlap))
+    return out
+
+
+
+def referee(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: ServerPool,
+            rows: Sequence[AgainstSweep], requests: int = 6,
+            say: Say | None = None) -> list[AgainstSweep]:
+    """Each level where the plan's K and the sweep's best differ, the two measured side by side
+    (:func:`head_to_head`): a sweep's best on a noisy box may be its luckiest point."""
+    return [replace(r, referee=head_to_head(Measurer(budget, name, hw, settings, pool, say),
+                                            (r.plan_k, r.sweep_k), r.concurrency, requests))
+            if r.plan_k != r.sweep_k else r for r in rows]
