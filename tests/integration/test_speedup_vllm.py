@@ -44,7 +44,7 @@ def test_ngram_on_and_off_at_level_one(pytester, tmp_path_factory):
 [classes.repetitive]
 prompts = "repetitive"
 max_tokens = 64
-samples = 8
+samples = 6
 """)
     assert r["verdict"] == "pass", text
     command = r["base"]["command"]
