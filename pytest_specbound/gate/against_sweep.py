@@ -120,7 +120,6 @@ def against_sweep(plan: SpecPlan, points: dict[int, dict[int, Measured]]) -> lis
     return out
 
 
-
 def referee(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: ServerPool,
             rows: Sequence[AgainstSweep], requests: int = 6,
             say: Say | None = None) -> list[AgainstSweep]:

@@ -42,6 +42,15 @@ class RuleParameters:
     resolution: float
     precision: float | None = None  # a base (no thresholds) stops once its rate is this precise
 
+    def to_half_resolution(self) -> RuleParameters:
+        """Stop once the decode rate is known to half the resolution (a ratio of two rates is
+        then known to the resolution)."""
+        return replace(self, precision=-math.log(1 - self.resolution) / 2)
+
+    def exactly(self, requests: int) -> RuleParameters:
+        """``requests`` samples, no more and no fewer, whatever their precision."""
+        return replace(self, min_samples=requests, max_samples=requests, precision=None)
+
 
 @dataclass(frozen=True)
 class ClassPlan:
@@ -72,7 +81,7 @@ class ClassPlan:
         twin's ratio) stops only once it is known to half the resolution."""
         rule = self.rule
         if any(c.precise for c in comparisons) and rule.precision is None:
-            rule = replace(rule, precision=-math.log(1 - rule.resolution) / 2)
+            rule = rule.to_half_resolution()
         return replace(self, comparisons=(*self.comparisons, *comparisons), rule=rule)
 
     def with_comparisons(self, comparisons: tuple[Comparison, ...]) -> ClassPlan:
@@ -280,5 +289,4 @@ def plan_twin(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings
                    hardware={})
     plan = plan_class(twin, cls.without_limits(), hw, replace(settings, url=None, launch=None),
                       concurrency)
-    half = -math.log(1 - plan.rule.resolution) / 2
-    return replace(plan, rule=replace(plan.rule, precision=half))
+    return replace(plan, rule=plan.rule.to_half_resolution())

@@ -198,10 +198,8 @@ class Measurer:
         cls = variant.classes[self.name].without_limits()
         plan = plan_class(variant, cls, self.hw, replace(self.settings, url=None, launch=None),
                           level)
-        half = -math.log(1 - plan.rule.resolution) / 2
-        plan = replace(plan, rule=replace(plan.rule, precision=half) if requests is None else
-                       replace(plan.rule, min_samples=requests, max_samples=requests,
-                               precision=None))
+        plan = replace(plan, rule=plan.rule.to_half_resolution() if requests is None else
+                       plan.rule.exactly(requests))
         if self._current is None or self._current[0] != steps:
             self._leave_current()
             self.launches += 1

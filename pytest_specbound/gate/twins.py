@@ -93,8 +93,7 @@ class Twins:
             return exc
         # one stream's server is warm from its first block: no warm-up request; several streams
         # keep theirs (they stagger the streams into the steady state the class measured)
-        plan = replace(plan, rule=replace(plan.rule, min_samples=requests, max_samples=requests,
-                                          precision=None),
+        plan = replace(plan, rule=plan.rule.exactly(requests),
                        warmup=plan.warmup if level > 1 else 0)
         if not beside:
             self.pool.stop_launched()

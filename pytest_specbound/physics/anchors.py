@@ -114,6 +114,11 @@ class SourceFidelity:
     def median_gap(self) -> float:
         return statistics.median(self.gaps)
 
+    @property
+    def excess_ms(self) -> float:
+        """The engine's round above the roofline without drafting (its no-speculation row's)."""
+        return _round_ms(self.baseline) - self.baseline.roofline.round_ms
+
 
 def _setup(a: Anchor) -> tuple[str, str, str]:
     return a.row["hw"], a.row["model"], str(a.row.get("dtype") or "")
@@ -160,8 +165,7 @@ def step_predictions(s: SourceFidelity) -> list[StepPrediction]:
     other step count predicted (efficiency against the physics-only roofline)."""
     from pytest_specbound.physics.roofline import draft_forwards
 
-    base = s.baseline
-    excess = _round_ms(base) - base.roofline.round_ms  # the engine above physics, no drafting
+    excess = s.excess_ms  # the engine above physics, no drafting
     out = []
     for method in dict.fromkeys(a.roofline.spec.method for a in s.speculative):
         rows = [a for a in s.speculative if a.roofline.spec.method == method
@@ -232,8 +236,7 @@ def two_part_predictions(s: SourceFidelity) -> list[StepPrediction]:
     and trees alike, :func:`fit_draft_cost`), every row at another step count predicted."""
     from pytest_specbound.physics.roofline import draft_forwards
 
-    base = s.baseline
-    excess = _round_ms(base) - base.roofline.round_ms
+    excess = s.excess_ms
     out = []
     for method in dict.fromkeys(a.roofline.spec.method for a in s.speculative):
         rows = [a for a in s.speculative if a.roofline.spec.method == method
@@ -272,17 +275,15 @@ def cross_model_predictions(sources: list[SourceFidelity]) -> list[StepPredictio
         if len(models) < 2:
             continue
         (s0, fit), rest = members[0], members[1:]
-        excess0 = _round_ms(s0.baseline) - s0.baseline.roofline.round_ms
         draft0 = fit.roofline.components_ms["draft"]
-        multiple = (_round_ms(fit) - fit.roofline.round_ms - excess0) / draft0
+        multiple = (_round_ms(fit) - fit.roofline.round_ms - s0.excess_ms) / draft0
         for s, a in rest:
             if s.baseline.row["model"] == s0.baseline.row["model"]:
                 continue
-            excess = _round_ms(s.baseline) - s.baseline.roofline.round_ms
             floor = a.roofline.round_ms
             extra = multiple * a.roofline.components_ms["draft"]
             out.append(StepPrediction(
                 s.label, a.roofline.spec.method,
                 f"{s0.baseline.row['model']} {fit.roofline.spec.label} (x{multiple:.2f} its draft)",
-                extra, a, floor / (floor + excess + extra)))
+                extra, a, floor / (floor + s.excess_ms + extra)))
     return out
