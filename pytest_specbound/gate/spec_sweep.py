@@ -32,6 +32,7 @@ from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.physics.roofline import draft_forwards
 from pytest_specbound.physics.speculative import Speculation
 from pytest_specbound.serving.connect import ServerConfig
+from pytest_specbound.serving.twin import launch_family
 
 Say = Callable[[str], None]
 
@@ -279,6 +280,8 @@ def plan_spec(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool
         points[k] = {level: m.at(k, level) for level in levels}
     again = m.twin_again(levels)
     out = SpecPlan(str(budget.path), name, hw.label, tuple(sorted(measure_steps)), tuple(steps))
+    cfg = server_config(budget, settings)
+    vllm = launch_family(cfg.launch or "", cfg.backend) == "vllm"  # counts acceptance per position
     for level in levels:
         roofs = {k: m.round_ms(k, level) for k in {0, *steps, *measure_steps}}
         model = RoundModel(roofs.__getitem__, lambda k: units(budget.speculation, k),
@@ -290,7 +293,7 @@ def plan_spec(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool
         plan = predict_level(level, twin,
                              [measured_from(points[k][level], k) for k in sorted(measure_steps)],
                              model, list(steps))
-        if not plan.acceptance.measured and server_config(budget, settings).backend == "vllm":
+        if not plan.acceptance.measured and vllm:
             plan = replace(plan, acceptance=replace(plan.acceptance, how=(
                 plan.acceptance.how + " (vLLM counts it per position with "
                 "--per-request-spec-decode-metrics summary)")))

@@ -9,7 +9,7 @@ import json
 
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.serving.settings import argv_of, flag_value
-from pytest_specbound.serving.twin import PROGRAM_PLACEHOLDERS, family_of, shell_word
+from pytest_specbound.serving.twin import launch_family, shell_word
 
 PLACEHOLDER = "{steps}"
 
@@ -20,8 +20,7 @@ def with_steps(launch: str, backend: str, steps: int, origin: str) -> str:
     if PLACEHOLDER in launch:
         return launch.replace(PLACEHOLDER, str(steps))
     argv = argv_of(launch)
-    program = [PROGRAM_PLACEHOLDERS.get(word, word) for word in argv]
-    family = family_of(program, backend)
+    family = launch_family(launch, backend)
     setter = {"llamacpp": _llamacpp, "vllm": _vllm, "sglang": _sglang}.get(family or "")
     found = setter(argv, steps) if setter else None
     if found is None:

@@ -65,6 +65,11 @@ def family_of(argv: Sequence[str], backend: str) -> str | None:
     return next((name for name, f in FAMILIES.items() if runs(argv, *f.programs)), None)
 
 
+def launch_family(launch: str, backend: str) -> str | None:
+    """The server family a launch command runs (a placeholder read as the program it names)."""
+    return family_of([PROGRAM_PLACEHOLDERS.get(word, word) for word in argv_of(launch)], backend)
+
+
 def without_speculation(launch: str, backend: str, origin: str) -> str:
     """``launch`` with its speculation flags removed; a :class:`ConfigError` naming ``origin``
     and asking for ``[no_speculation] launch`` where that cannot be done safely."""

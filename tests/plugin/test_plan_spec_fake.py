@@ -20,6 +20,8 @@ def test_the_plan_on_a_fake_vllm_counts_acceptance_per_position_where_vllm_does(
     budget = write_budget(pytester_env)
     text = budget.read_text().replace(
         "--port {port}", f"--per-request-spec-decode-metrics {metrics} --port {{port}}")
+    if metrics == "none":  # the family read from the launch command (the program is vllm)
+        text = text.replace('backend = "vllm"', 'backend = "auto"')
     budget.write_text(text)
     out = pytester_env.path
     code = main(["plan-spec", str(budget), "--hw", "h100", "--measure", "1,3", "--steps", "1-5",
