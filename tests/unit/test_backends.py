@@ -167,3 +167,27 @@ def test_a_sampling_field_a_server_does_not_take_is_named(backend, field):
     with pytest.raises(SamplingError, match=rf"^{field} is not a {backend} request field; valid: "):
         get_backend(backend).build_request(Prompt(text="x"), 8, None,
                                            Sampling(0.7, **{field: 1 if field == "seed" else 0.1}))
+
+
+def test_a_last_round_cut_by_max_tokens_still_counts_as_a_forward():
+    """vLLM counts a round's accepted drafts before max_tokens cuts the response: a real
+    request (K=9) streamed 63 decode tokens with 56 drafts accepted over 8 drafting rounds.
+    Decode tokens minus accepted drafts says 7 forwards; there were at least the 8 rounds."""
+    from pytest_specbound.serving.backends.vllm import VLLM
+    from pytest_specbound.serving.records import RequestRecord
+
+    hist = [0, 1, 0, 1, 0, 0, 0, 0, 0, 6]
+    spec = {"acceptance_histogram": hist, "num_spec_steps": 8, "num_accepted_draft_tokens": 56,
+            "num_draft_tokens": 72, "num_spec_tokens": 9}
+    record = RequestRecord(completion_tokens=64)
+    got = VLLM().server_fields([(0.0, {"metrics": {"speculative_decoding": spec}})], record)
+    assert got.accept_length == pytest.approx(63 / 8) and got.accept_source == "server"
+    # where the server counts no rounds (an older vLLM) the count stands as it was
+    del spec["num_spec_steps"]
+    old = VLLM().server_fields([(0.0, {"metrics": {"speculative_decoding": spec}})], record)
+    assert old.accept_length == pytest.approx(63 / 7)
+    # the Prometheus deltas over whole requests: at least one forward per counted draft
+    from pytest_specbound.serving.backends.vllm import ACCEPTED, DRAFTS, GENERATED
+
+    delta = {GENERATED: 64.0, ACCEPTED: 56.0, DRAFTS: 8.0}
+    assert VLLM().accept_from_deltas(delta) == pytest.approx(63 / 8)

@@ -266,13 +266,17 @@ def merged_decode_tokens(tokens: Sequence[int], reads: Sequence[int]) -> int:
     return max(0, sum(n for n, r in zip(tokens, reads, strict=False) if r == reads[0]) - 1)
 
 
-def tokens_per_forward(decode_tokens: float, accepted_drafts: float) -> float | None:
+def tokens_per_forward(decode_tokens: float, accepted_drafts: float,
+                       drafting_rounds: float = 0.0) -> float | None:
     """Accept length as the roofline needs it: decode tokens over target forwards.
 
     Every target forward emits exactly one token that is not an accepted draft (the bonus or the
     correction), so forwards = decode tokens - accepted drafts; a forward with no draft counts 1.
+    But the last round may be cut by ``max_tokens`` after its drafts were counted as accepted
+    (vLLM counts them: 56 accepted over 8 rounds for 63 decode tokens), so where the server
+    counts its ``drafting_rounds`` there were at least that many forwards.
     """
-    forwards = decode_tokens - accepted_drafts
+    forwards = max(decode_tokens - accepted_drafts, drafting_rounds)
     return decode_tokens / forwards if forwards > 0 else None
 
 

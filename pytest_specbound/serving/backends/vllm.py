@@ -54,7 +54,8 @@ class VLLM(Backend):
         if isinstance(spec, dict) and spec.get("num_accepted_draft_tokens") is not None:
             # vLLM's mean_acceptance_length averages over steps that drafted; the roofline needs
             # tokens per target forward (a forward that drafted nothing still reads every weight)
-            accept = tokens_per_forward(record.decode_tokens, int(spec["num_accepted_draft_tokens"]))
+            accept = tokens_per_forward(record.decode_tokens, int(spec["num_accepted_draft_tokens"]),
+                                        _number(spec.get("num_spec_steps")))
             if accept is not None:
                 changes.update(accept_length=accept, accept_source="server")
         return replace(record, **changes)
@@ -64,7 +65,7 @@ class VLLM(Backend):
         if delta.get(DRAFTS, 0.0) <= 0:
             return None
         decode = delta.get(GENERATED, 0.0) - requests  # each request's first token is prefill
-        return tokens_per_forward(decode, delta.get(ACCEPTED, 0.0))
+        return tokens_per_forward(decode, delta.get(ACCEPTED, 0.0), delta[DRAFTS])
 
     def server_clock_from_deltas(self, delta: dict[str, float], record: RequestRecord) -> RequestRecord:
         # the decode-time histogram's sum grows by exactly this request's decode time (one
@@ -201,3 +202,8 @@ def _parallel_values(argv: list[str], values: dict[str, tuple[object, str]]
         out["ep_size"] = (1, "launch: no --enable-expert-parallel")
         out["dp_attention"] = (False, "launch: no --enable-expert-parallel")
     return out
+
+
+def _number(value: object) -> float:
+    """A count from vLLM's per-request metrics, 0 where absent (older versions)."""
+    return float(value) if isinstance(value, (int, float)) else 0.0
