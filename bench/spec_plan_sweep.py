@@ -42,7 +42,7 @@ def llama_plan_budget(folder: Path) -> Path:
     return path
 
 
-def vllm_plan_budget(folder: Path) -> Path:
+def vllm_plan_budget(folder: Path, one_process: bool = False) -> Path:
     from tests.integration.budgets import vllm_ngram_budget
     from tests.servers.hf_models import write_tiny_llama
 
@@ -50,7 +50,7 @@ def vllm_plan_budget(folder: Path) -> Path:
     path = folder / "plan-vllm.toml"
     # per-request counts of rounds by accepted length: the acceptance per draft position
     path.write_text(vllm_ngram_budget(model, ("--per-request-spec-decode-metrics", "summary"),
-                                      served_name=True, tables="""
+                                      served_name=True, one_process=one_process, tables="""
 [classes.repetitive]
 prompts = "repetitive"
 max_tokens = 64
@@ -76,12 +76,15 @@ def main() -> None:
     parser.add_argument("--measure", default="2,8")
     parser.add_argument("--levels", default="1,4")
     parser.add_argument("--samples", default="16")
-    parser.add_argument("--referee", type=int, default=8,
-                        help="requests per block where the plan's K and the sweep's best differ, "
+    parser.add_argument("--referee", type=int, default=6,
+                        help="requests per stream a block where the plan's K and the sweep's best differ, "
                              "the two measured side by side A B B A (0: none)")
+    parser.add_argument("--one-process", action="store_true",
+                        help="vllm: the engine in the API server's process (faster launches)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="spec-plan-"))
-    path = (llama_plan_budget if args.server == "llama" else vllm_plan_budget)(folder)
+    path = llama_plan_budget(folder) if args.server == "llama" else \
+        vllm_plan_budget(folder, args.one_process)
     budget = load_budget(path)
     name = next(iter(budget.classes))
     levels = levels_text(args.levels)

@@ -16,20 +16,24 @@ from pytest_specbound.gate.spec_plan import Measured
 from pytest_specbound.gate.spec_sweep import Measurer, Say, SpecPlan, measured_from
 from pytest_specbound.physics.hardware import Hardware
 
+Points = dict[int, dict[int, Measured]]  # K -> level -> measured (K = 0: the twin)
+
+
+def sweep_point(m: Measurer, k: int, levels: Sequence[int]) -> dict[int, Measured]:
+    """One point of a sweep: K (0: the twin) launched and measured at every level."""
+    if k == 0:
+        base = m.twin(levels)
+        return {level: measured_from(base[level], 0) for level in levels}
+    return {level: measured_from(m.at(k, level), k) for level in levels}
+
 
 def sweep(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: ServerPool,
           steps: Iterable[int], levels: Sequence[int], say: Say | None = None
-          ) -> tuple[dict[int, dict[int, Measured]], int, int]:
+          ) -> tuple[Points, int, int]:
     """Every K measured at every level (K = 0: the twin), as a sweep does it: (K -> level ->
     measured, launches, requests)."""
     m = Measurer(budget, name, hw, settings, pool, say)
-    found: dict[int, dict[int, Measured]] = {}
-    base = m.twin(levels)
-    found[0] = {level: measured_from(base[level], 0) for level in levels}
-    for k in steps:
-        if k == 0:
-            continue
-        found[k] = {level: measured_from(m.at(k, level), k) for level in levels}
+    found = {k: sweep_point(m, k, levels) for k in (0, *(k for k in steps if k))}
     pool.stop_launched()
     return found, m.launches, m.requests
 
@@ -63,10 +67,16 @@ class HeadToHead:
 def head_to_head(m: Measurer, ks: tuple[int, int], level: int,
                  requests: int = 6) -> HeadToHead:
     """The plan's K (``ks[0]``) and the sweep's best (``ks[1]``) side by side at one level:
-    ``requests`` of each in the order A B B A, on their own launches (K = 0: the twin)."""
+    ``requests`` per stream of each (so each user sees as many whole requests at every level)
+    in the order A B B A; on the CPU both servers stay up for the four, launched and warmed by
+    two unmeasured requests per stream first (K = 0: the twin)."""
+    m.keep_up = True
+    if m.twins.servers_fit_together:  # both launched and warmed first, neither block cold
+        for k in ks:
+            m.block(k, level, 2 * level)
     rates: dict[int, list[float]] = {k: [] for k in ks}
     for k in (ks[0], ks[1], ks[1], ks[0]):
-        found = m.block(k, level, requests)
+        found = m.block(k, level, requests * level)
         if found is None or found.decode_tok_s is None:
             raise ConfigError(f"{m.name} at K={k}, concurrency {level}: no request was timed")
         rates[k].append(found.decode_tok_s)
@@ -103,7 +113,7 @@ class AgainstSweep:
         return self.ratio >= 0.95
 
 
-def against_sweep(plan: SpecPlan, points: dict[int, dict[int, Measured]]) -> list[AgainstSweep]:
+def against_sweep(plan: SpecPlan, points: Points) -> list[AgainstSweep]:
     """Per level: the plan's recommendation against the sweep's best (K = 0 counts: a sweep
     may find that no speculation is best)."""
     out = []
@@ -124,7 +134,8 @@ def referee(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: S
             rows: Sequence[AgainstSweep], requests: int = 6,
             say: Say | None = None) -> list[AgainstSweep]:
     """Each level where the plan's K and the sweep's best differ, the two measured side by side
-    (:func:`head_to_head`): a sweep's best on a noisy box may be its luckiest point."""
+    (:func:`head_to_head`, ``requests`` per stream a block): a sweep's best on a noisy box may
+    be its luckiest point."""
     return [replace(r, referee=head_to_head(Measurer(budget, name, hw, settings, pool, say),
                                             (r.plan_k, r.sweep_k), r.concurrency, requests))
             if r.plan_k != r.sweep_k else r for r in rows]

@@ -116,6 +116,10 @@ class ServerPool:
         with FileLock(str(lock_path)):
             state_path.write_text(json.dumps({"stopped": True, "refs": 0}))
 
+    def running(self, cfg: ServerConfig) -> bool:
+        """Whether ``cfg``'s server is up in this pool (launched or joined, not stopped)."""
+        return cfg.key() in self._servers
+
     def stop(self, cfg: ServerConfig) -> None:
         """Stop the one server ``cfg`` launched here (not one shared with other workers)."""
         key = cfg.key()

@@ -32,8 +32,9 @@ CONFIDENCE = 0.9
 @dataclass(frozen=True)
 class Measured:
     """One measured step count at one level: per-user decode rate and accept length, each with
-    its interval at ``confidence``; ``positions``: the unconditional acceptance of draft
-    positions 1..K where the server counted them."""
+    its interval at ``confidence``; ``positions``: the acceptance of draft positions 1..K per
+    round that drafted, where the server counted them; ``idle``: the share of decode tokens
+    from rounds that drafted nothing (a lookup drafter that found no match)."""
 
     steps: int  # K; 0: the twin without speculation
     rate: float
@@ -42,6 +43,7 @@ class Measured:
     accept_bounds: tuple[float, float] = (1.0, 1.0)
     confidence: float = CONFIDENCE
     positions: tuple[float, ...] = ()
+    idle: float = 0.0
 
     def draw(self, rng: random.Random) -> tuple[float, float]:
         """(rate, accept) drawn within their intervals (normal, clipped to the physical)."""
@@ -57,13 +59,16 @@ def _normal(rng: random.Random, mid: float, bounds: tuple[float, float], level: 
 
 @dataclass(frozen=True)
 class Acceptance:
-    """Unconditional acceptance of draft position i (1-based): the measured ones, then each
-    further position ``decay`` times the one before; ``how`` says which."""
+    """Acceptance of draft position i (1-based) per drafting round: the measured ones, then
+    each further position ``decay`` times the one before; ``idle``: the share of tokens from
+    rounds that drafted nothing (the same share of the text at every K: where a lookup finds
+    no match); ``how`` says which."""
 
     first: float
     decay: float
     measured: tuple[float, ...] = ()
     how: str = ""
+    idle: float = 0.0
 
     def position(self, i: int) -> float:
         if i <= len(self.measured):
@@ -72,22 +77,26 @@ class Acceptance:
         return min(1.0, max(0.0, last * self.decay ** (i - at)))
 
     def accept(self, steps: int) -> float:
-        """Tokens per round at ``steps``: the bonus token plus each position's acceptance."""
-        return 1.0 + sum(self.position(i) for i in range(1, steps + 1))
+        """Tokens per round at ``steps``: a drafting round's bonus token plus each position's
+        acceptance, averaged with the rounds that drafted nothing (one token each) over the
+        tokens each kind emits."""
+        drafting = 1.0 + sum(self.position(i) for i in range(1, steps + 1))
+        return 1.0 / (self.idle + (1.0 - self.idle) / drafting)
 
 
 def fit_acceptance(points: Sequence[tuple[int, float]],
-                   positions: Sequence[float] = ()) -> Acceptance:
+                   positions: Sequence[float] = (), idle: float = 0.0) -> Acceptance:
     """From (K, accept length) at two step counts: ``first x decay^(i-1)`` through both
     (decay in (0, 1]: the ratio of the accepted drafts beyond the first K to those within it
     sets it); with ``positions`` (measured, per position) those are kept and the decay is their
-    last ratio."""
+    last ratio (and ``idle``, the share of tokens from rounds that drafted nothing, kept)."""
     if positions:
         tail = [p for p in positions if p > 0]
         decay = tail[-1] / tail[-2] if len(tail) >= 2 else 1.0
+        idle_note = f"; {idle:.0%} of tokens from rounds that drafted nothing" if idle else ""
         return Acceptance(positions[0], min(1.0, decay), tuple(positions),
                           f"measured per position 1-{len(positions)}, then x{min(1.0, decay):.2f} "
-                          "each")
+                          f"each{idle_note}", idle)
     (k1, a1), (k2, a2) = sorted(points)[:2]
     if k2 <= k1 or a1 <= 1.0:
         first = (a1 - 1.0) / k1 if k1 else 0.0
@@ -209,6 +218,7 @@ class LevelPlan:
             "acceptance": {"first": round(self.acceptance.first, 4),
                            "decay": round(self.acceptance.decay, 4),
                            "positions": [round(x, 4) for x in self.acceptance.measured],
+                           "idle": round(self.acceptance.idle, 4),
                            "how": self.acceptance.how},
             "draft_cost_ms": {"fixed": round(self.cost.fixed_ms, 4),
                               "per_unit": round(self.cost.per_unit_ms, 4), "unit": self.unit},
@@ -245,7 +255,8 @@ def predict_level(concurrency: int, base: Measured, measured: Sequence[Measured]
     if len(measured) < 2 or len({m.steps for m in measured}) < 2:
         raise ValueError("the plan needs two distinct measured step counts")
     two = sorted(measured, key=lambda m: m.steps)[:2]
-    positions = max((m.positions for m in two), key=len)
+    counted = max(two, key=lambda m: len(m.positions))
+    positions = (counted.positions, counted.idle)
     rng = random.Random(seed)
     roofs = {k: roof_ms(k) for k in {0, *steps, *(m.steps for m in two)}}
     samples: dict[int, list[tuple[float, float]]] = {k: [] for k in steps}
@@ -268,12 +279,13 @@ def predict_level(concurrency: int, base: Measured, measured: Sequence[Measured]
     return LevelPlan(concurrency, base, tuple(two), tuple(predictions), point[1], point[2], unit)
 
 
-def _one(r0: float, points: Sequence[tuple[int, float, float]], positions: Sequence[float],
+def _one(r0: float, points: Sequence[tuple[int, float, float]],
+         positions: tuple[Sequence[float], float],
          roofs: Mapping[int, float], units: Callable[[int], int], steps: Sequence[int]
          ) -> tuple[dict[int, tuple[float, float, float]], Acceptance, DraftCost]:
     """One draw through the fits: K -> (rate, speedup, round ms), and the fits themselves."""
     excess = 1e3 / r0 - roofs[0]
-    acceptance = fit_acceptance([(k, a) for k, _, a in points], positions)
+    acceptance = fit_acceptance([(k, a) for k, _, a in points], *positions)
     cost = fit_cost([(units(k), 1e3 * a / r - roofs[k] - excess) for k, r, a in points])
     out = {}
     for k in steps:

@@ -14,7 +14,7 @@ from statistics import NormalDist, stdev
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.budget import Budget
 from pytest_specbound.gate.drift import DEFAULT_RECHECK
-from pytest_specbound.gate.plan import plan_class, server_config
+from pytest_specbound.gate.plan import plan_class, plan_twin, server_config
 from pytest_specbound.gate.pool import ServerPool
 from pytest_specbound.gate.result import ClassResult
 from pytest_specbound.gate.runner import Hooks, judge_class, measure_class
@@ -79,7 +79,7 @@ def measured_from(result: ClassResult, steps: int,
     accepts = [q.accept_length for q in timed if q.accept_length is not None]
     return Measured(steps, rate, _interval(rate, rates, confidence), accept,
                     _interval(accept, accepts, confidence) if accepts else (accept, accept),
-                    confidence, _positions(result, steps, accept))
+                    confidence, *_positions(result, steps))
 
 
 def _interval(mid: float, values: Sequence[float], confidence: float) -> tuple[float, float]:
@@ -89,23 +89,24 @@ def _interval(mid: float, values: Sequence[float], confidence: float) -> tuple[f
     return mid - half, mid + half
 
 
-def _positions(result: ClassResult, steps: int, accept: float) -> tuple[float, ...]:
-    """Unconditional acceptance of positions 1..K per round, from vLLM's per-request
-    ``acceptance_histogram`` (rounds by accepted count), scaled to the measured accept length
-    (a round that drafted nothing still counts as a round)."""
+def _positions(result: ClassResult, steps: int) -> tuple[tuple[float, ...], float]:
+    """The acceptance of positions 1..K per drafting round, from vLLM's per-request
+    ``acceptance_histogram`` (drafting rounds by accepted count), and the share of decode
+    tokens from forwards that drafted nothing (each forward beyond vLLM's drafting rounds)."""
     total = [0] * (steps + 1)
+    idle = decoded = 0.0
     for q in result.timed:
         metrics = (q.server or {}).get("metrics")
         spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
         hist = spec.get("acceptance_histogram") if isinstance(spec, dict) else None
-        if isinstance(hist, list) and len(hist) == steps + 1:
+        if isinstance(hist, list) and len(hist) == steps + 1 and q.accept_length:
             total = [t + int(h) for t, h in zip(total, hist, strict=True)]
+            idle += max(0.0, q.decode_tokens / q.accept_length - sum(int(h) for h in hist))
+            decoded += q.decode_tokens
     rounds = sum(total)
-    if rounds == 0:
-        return ()
-    tail = [sum(total[i:]) / rounds for i in range(1, steps + 1)]
-    scale = (accept - 1.0) / sum(tail) if sum(tail) > 0 else 0.0
-    return tuple(min(1.0, p * scale) for p in tail)
+    if rounds == 0 or decoded <= 0:
+        return (), 0.0
+    return tuple(sum(total[i:]) / rounds for i in range(1, steps + 1)), idle / decoded
 
 
 @dataclass
@@ -145,9 +146,11 @@ class Measurer:
     launches: int = 0
     requests: int = 0
     commands: dict[int, str] = field(default_factory=dict)
+    keep_up: bool = False  # alternating blocks: on the CPU each step count's server stays up
     _current: tuple[int, ServerConfig] | None = None
     _twins: Twins | None = None
     _twin_warm: bool = False  # the twin's server has answered this measurer since its launch
+    _base: dict[int, ClassResult] = field(default_factory=dict)  # the twin's first measurement
 
     @property
     def twins(self) -> Twins:
@@ -156,13 +159,22 @@ class Measurer:
                                 self.say)
         return self._twins
 
+    def _twin_server(self, level: int) -> ServerConfig:
+        return plan_twin(self.budget, self.budget.classes[self.name], self.hw,
+                         self.twins.settings, level).server
+
     def twin(self, levels: Sequence[int]) -> dict[int, ClassResult]:
-        """The class without speculation at every level, first. On the CPU its server stays up
-        beside the step counts' for :meth:`twin_again` (no relaunch); on a GPU it stops."""
+        """The class without speculation at every level, first (once: measured again only by
+        :meth:`twin_again`). On the CPU its server stays up beside the step counts' for
+        :meth:`twin_again` (no relaunch); on a GPU it stops."""
+        if all(level in self._base for level in levels):
+            return {level: self._base[level] for level in levels}
         self.pool.stop_launched()
         self.twins.measure_all([(self.budget, self.name, level) for level in levels])
         found = {level: self.twins.get(self.budget, self.name, level) for level in levels}
-        if not self.twins.servers_fit_together:
+        self._base.update(found)
+        self._twin_warm = self.twins.servers_fit_together
+        if not self._twin_warm:
             self.pool.stop_launched()
         self.launches += 1
         self.requests += sum(r.samples + r.transient for r in found.values())
@@ -170,26 +182,18 @@ class Measurer:
 
     def twin_again(self, levels: Sequence[int]) -> dict[int, ClassResult | None]:
         """The twin measured again after the step counts (the drift check, a few requests at
-        each level): None where it could not run."""
-        beside = self.twins.servers_fit_together
-        self._leave_current()
-        if not beside:
-            self.launches += 1
-        found: dict[int, ClassResult | None] = {}
-        for level in levels:
-            again = self.twins.recheck(self.budget, self.name, level, DEFAULT_RECHECK, beside)
-            found[level] = again if isinstance(again, ClassResult) else None
-            if isinstance(again, ClassResult):
-                self.requests += again.samples + again.transient
-        return found
+        each level; on a GPU a fresh launch per level, warmed by one request): None where it
+        could not run."""
+        return {level: self.block(0, level, DEFAULT_RECHECK) for level in levels}
 
     def _leave_current(self) -> None:
-        """Stop the step count's server measured last (everything, on a GPU)."""
+        """Stop the step count's server measured last (everything, on a GPU; nothing, on the
+        CPU with ``keep_up``)."""
         if self._current is not None:
-            if self.twins.servers_fit_together:
-                self.pool.stop(self._current[1])
-            else:
+            if not self.twins.servers_fit_together:
                 self.pool.stop_launched()
+            elif not self.keep_up:
+                self.pool.stop(self._current[1])
         self._current = None
 
     def at(self, steps: int, level: int, requests: int | None = None) -> ClassResult:
@@ -203,8 +207,9 @@ class Measurer:
                        plan.rule.exactly(requests))
         if self._current is None or self._current[0] != steps:
             self._leave_current()
-            self.launches += 1
             self._current = steps, plan.server
+        if not self.pool.running(plan.server):
+            self.launches += 1
         self.commands[steps] = variant.server.launch or ""
         if self.say:
             self.say(f"measuring {plan.what} at K={steps}: {variant.server.launch}")
@@ -218,14 +223,16 @@ class Measurer:
 
     def block(self, steps: int, level: int, requests: int) -> ClassResult | None:
         """``requests`` of the class at ``steps`` (K = 0: its twin, on the CPU on its server
-        kept up beside; None where the twin could not run)."""
+        kept up beside, a fresh one warmed by one unmeasured request; None where the twin could
+        not run)."""
         if steps:
             return self.at(steps, level, requests)
         beside = self.twins.servers_fit_together
         self._leave_current()
-        if not beside:
+        if not self.pool.running(self._twin_server(level)):
             self.launches += 1
-        if not beside or not self._twin_warm:  # a fresh server: one request first, unmeasured
+            self._twin_warm = False
+        if not self._twin_warm:
             warm = self.twins.recheck(self.budget, self.name, level, 1, beside=True)
             self.requests += 1
             self._twin_warm = beside and isinstance(warm, ClassResult)
@@ -263,7 +270,20 @@ def plan_spec(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool
               say: Say | None = None) -> SpecPlan:
     """The twin and two step counts measured at every level, the twin again (the drift
     check: its two blocks pooled), every K in ``ask.steps`` predicted, and each recommended K
-    measured once more."""
+    measured once more (:func:`predict_plan`, then :func:`confirm_plan`)."""
+    out, m = predict_plan(budget, hw, settings, pool, ask, say)
+    if ask.confirm:
+        confirm_plan(out, m)
+    pool.stop_launched()
+    return out
+
+
+def predict_plan(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool,
+                 ask: PlanAsk, say: Say | None = None,
+                 m: Measurer | None = None) -> tuple[SpecPlan, Measurer]:
+    """The plan before its confirmation (its launches and requests counted), and the
+    measurer that measured it, its last step count's server still up. ``m``: a measurer of
+    this budget, class and pool that may have measured the twin already."""
     name, measure_steps, steps, levels = ask.name, ask.measure_steps, ask.steps, ask.levels
     if name not in budget.classes:
         raise ConfigError(f"{budget.path}: no class '{name}'; valid: "
@@ -273,7 +293,7 @@ def plan_spec(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool
                           f"{','.join(map(str, measure_steps))}")
     for k in (*measure_steps, *steps):  # every launch command made before the first launch
         at_steps(budget, k, settings)
-    m = Measurer(budget, name, hw, settings, pool, say)
+    m = m or Measurer(budget, name, hw, settings, pool, say)
     base = m.twin(levels)
     points: dict[int, dict[int, ClassResult]] = {}
     for k in sorted(measure_steps):
@@ -298,20 +318,24 @@ def plan_spec(budget: Budget, hw: Hardware, settings: Settings, pool: ServerPool
                 plan.acceptance.how + " (vLLM counts it per position with "
                 "--per-request-spec-decode-metrics summary)")))
         out.levels.append(replace(plan, base_drift=drift))
-    if ask.confirm:
-        by_k: dict[int, list[int]] = {}
-        for i, plan in enumerate(out.levels):
-            if plan.recommended:
-                by_k.setdefault(plan.recommended, []).append(i)
-        for k, where in sorted(by_k.items()):
-            for i in where:
-                plan = out.levels[i]
-                once_more = measured_from(m.at(k, plan.concurrency), k)
-                out.levels[i] = replace(plan, confirmation=Confirmation(
-                    once_more, once_more.rate / plan.base.rate if plan.base.rate > 0 else None))
-    pool.stop_launched()
     out.launches, out.requests, out.commands = m.launches, m.requests, dict(m.commands)
-    return out
+    return out, m
+
+
+def confirm_plan(out: SpecPlan, m: Measurer) -> None:
+    """Each level's recommended K measured once more on ``m`` (which measured the plan), its
+    launches and requests added to the plan's."""
+    by_k: dict[int, list[int]] = {}
+    for i, plan in enumerate(out.levels):
+        if plan.recommended:
+            by_k.setdefault(plan.recommended, []).append(i)
+    for k, where in sorted(by_k.items()):
+        for i in where:
+            plan = out.levels[i]
+            once_more = measured_from(m.at(k, plan.concurrency), k)
+            out.levels[i] = replace(plan, confirmation=Confirmation(
+                once_more, once_more.rate / plan.base.rate if plan.base.rate > 0 else None))
+    out.launches, out.requests, out.commands = m.launches, m.requests, dict(m.commands)
 
 
 def pooled(first: Measured, later: Measured) -> tuple[Measured, float]:

@@ -42,9 +42,11 @@ def synth_launch(server: str, target: Path, draft: Path, rates: str, context: in
 
 
 def vllm_ngram_budget(model: Path, extra_argv: tuple[str, ...] = (), tables: str = "",
-                      served_name: bool = False) -> str:
+                      served_name: bool = False, one_process: bool = False) -> str:
     """A budget for the real CPU vLLM on a generated tiny llama with n-gram speculation of 3
-    tokens, launched by the gate; ``tables`` the rest of it (the twin, the classes)."""
+    tokens, launched by the gate; ``tables`` the rest of it (the twin, the classes).
+    ``one_process``: the engine and its worker in the API server's process (a launch takes
+    about 20 s on 2 cores instead of 35-45: each process imports torch and vLLM)."""
     import json
     import shlex
     import sys
@@ -53,6 +55,10 @@ def vllm_ngram_budget(model: Path, extra_argv: tuple[str, ...] = (), tables: str
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
             "--host", "{host}", "--port", "{port}", "--enforce-eager", "--max-model-len", "2048",
             *extra_argv, "--speculative-config", spec]
+    env = 'HF_HUB_OFFLINE = "1", VLLM_CPU_KVCACHE_SPACE = "1", TOKENIZERS_PARALLELISM = "false"'
+    if one_process:
+        argv[-2:-2] = ["--distributed-executor-backend", "uni"]
+        env += ', VLLM_ENABLE_V1_MULTIPROCESSING = "0"'
     name = f'served_name = "{model}"\n' if served_name else ""
     return f"""
 [model]
@@ -66,5 +72,5 @@ steps = 3
 backend = "vllm"
 launch = '''{shlex.join(argv)}'''
 ready_timeout_s = 400
-env = {{ HF_HUB_OFFLINE = "1", VLLM_CPU_KVCACHE_SPACE = "1", TOKENIZERS_PARALLELISM = "false" }}
+env = {{ {env} }}
 {tables}"""

