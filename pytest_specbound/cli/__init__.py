@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pytest_specbound import interrupts
 from pytest_specbound.cli.calibrate import add_calibrate
 from pytest_specbound.cli.catalogs import add_hw, add_models
 from pytest_specbound.cli.measure import add_measure
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    restore = interrupts.install()
     try:
         return int(args.func(args))
     except SpecboundError as exc:
@@ -43,3 +45,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specbound: interrupted", file=sys.stderr)
         return 130
+    finally:
+        restore()

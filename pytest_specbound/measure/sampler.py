@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from pytest_specbound import interrupts
 from pytest_specbound.errors import ConfigError, RequestError
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.serving.backends.base import (
@@ -333,6 +334,7 @@ def measure(
         got.start()
         i = 0
         while True:
+            interrupts.check()
             reason = rule.stop_reason(got.now())
             if reason:
                 return got.now(*reason).with_overlaps()

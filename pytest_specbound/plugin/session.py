@@ -4,7 +4,6 @@ class for an item, and the session hooks that write the results."""
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -69,7 +68,7 @@ class SpecboundSession:
         self._pool: ServerPool | None = None
         self._outputs: Outputs | None = None
         self.controller = not hasattr(config, "workerinput")
-        self._old_sigterm: Any = None
+        self._restore_signals: Callable[[], None] | None = None
         self.wanted: list[Wanted] = []  # the budget items this session runs (plugin/collect.py)
         self._gate: GateRun | None = None
         self._prepared = False  # every collected class planned (retried if it raised)
@@ -227,11 +226,11 @@ class SpecboundSession:
 
     # -- hooks ---------------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        import threading
+        from pytest_specbound import interrupts
 
-        if threading.current_thread() is threading.main_thread():
-            # SIGTERM (CI cancel, timeout) becomes an interrupt: servers stopped, results kept
-            self._old_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+        # SIGTERM (CI cancel, timeout) becomes an interrupt: servers stopped, results kept; and
+        # no Ctrl-C is lost to a finalizer while a server loads
+        self._restore_signals = interrupts.install()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.controller:
@@ -252,8 +251,9 @@ class SpecboundSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self._pool is not None:
             self._pool.close()
-        if self._old_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._old_sigterm)
+        if self._restore_signals is not None:
+            self._restore_signals()
+            self._restore_signals = None
         if not self.controller or not self._outputs:
             return
         interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
@@ -280,10 +280,6 @@ def _nullcontext() -> Any:
     import contextlib
 
     return contextlib.nullcontext()
-
-
-def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt("SIGTERM")
 
 
 def session_of(config: pytest.Config) -> SpecboundSession:

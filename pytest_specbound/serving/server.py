@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_specbound import interrupts
 from pytest_specbound.errors import PortTaken, RequestError, ServerError
 from pytest_specbound.serving.exit_status import describe_exit, root_cause
 from pytest_specbound.serving.transport import ApiKey, Endpoint, TLSFailed
@@ -201,6 +202,7 @@ class Server:
         pending = list(paths)
         last = "no answer yet"
         while pending:
+            interrupts.check()  # a Ctrl-C that landed in a finalizer, not lost
             self._check_alive()
             try:
                 status, body, headers = self.endpoint.get_with_headers(pending[0], timeout_s=2.0)
