@@ -2,10 +2,13 @@
 
 Each stream is a thread with its own :class:`Sampler` (its own connection pool). Every stream
 runs the warm-up, then all meet at a barrier and the level's window opens: from there each
-completed request is counted (or kept apart as untimed) and the stopping rule looks at the
-measurement so far. When the rule stops, no stream sends again; the requests still in flight
-finish and are kept as *drained* (they loaded the server, so they count in the overlaps, but the
-rule did not see them). Where the server gives no per-request accept figures, its counters are
+request is counted (or kept apart as untimed) in the order it was *sent*, and the stopping rule
+looks at the measurement so far. A request that finishes before one sent earlier waits for it:
+the first N finished would favour the prompts that finish quickly (at a different mix at each
+draft length, or in each block of a side-by-side check), the first N sent are the same prompts
+every time. When the rule stops, no stream sends again; the requests still in flight, and those
+finished but waiting, are kept as *drained* (they loaded the server, so they count in the
+overlaps, but the rule did not see them). Where the server gives no per-request accept figures, its counters are
 read when the window opens and after each counted request: every request in the window is ours
 (the measurement lock), so the counter deltas over the window are the level's accept length.
 """
@@ -19,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+from pytest_specbound import interrupts
 from pytest_specbound.errors import RequestError
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.sampler import Collector, Sampler, Stopping, Workload
@@ -124,6 +128,8 @@ class _ClosedLoop:
         self.crashed: list[BaseException] = []
         self.order = itertools.count()
         self.sent = 0  # requests sent since the window opened
+        self.waiting: dict[int, RequestRecord] = {}  # finished before one sent earlier
+        self.next_counted = 0  # the send order of the next request the rule sees
         self.deadline: float | None = None
         self.barrier: threading.Barrier | None = None
 
@@ -146,12 +152,27 @@ class _ClosedLoop:
         self.got.window_accept = self.window.accept(self.sent, self.got.received_tokens)
         self.got.counters_restarted = self.window.restarted
 
+    def arrived(self, order: int, record: RequestRecord) -> None:
+        """Under the lock: the request sent ``order``-th in the window has finished; count it
+        and those sent after it that finished first, in the order they were sent."""
+        if self.stop.is_set():
+            self.got.drain(record)
+            return
+        self.waiting[order] = record
+        while self.next_counted in self.waiting and not self.stop.is_set():
+            self.count(self.waiting.pop(self.next_counted))
+            self.next_counted += 1
+        if self.stop.is_set():
+            self.drain_waiting()
+
+    def drain_waiting(self) -> None:
+        for order in sorted(self.waiting):
+            self.got.drain(self.waiting[order])
+        self.waiting.clear()
+
     def count(self, record: RequestRecord) -> None:
         """Under the lock: count, look, report."""
         got = self.got
-        if self.stop.is_set():
-            got.drain(record)
-            return
         reason = got.add(record)
         if self.window and got.wants_window_accept and self.rule.looks_at(len(got.records)):
             self.read_window()  # one scrape per look, not per request
@@ -177,7 +198,7 @@ class _ClosedLoop:
                     self.sent += 1
                 record = sampler.one(prompts[i % len(prompts)], self.max_tokens)
                 with self.lock:
-                    self.count(record)
+                    self.arrived(i, record)
         except threading.BrokenBarrierError:
             return
         except BaseException as exc:  # surfaced in the main thread, never lost in this one
@@ -197,16 +218,19 @@ class _ClosedLoop:
                 for t in threads:
                     while t.is_alive():
                         t.join(JOIN_POLL_S)
+                        interrupts.check()
         except KeyboardInterrupt:
             self.stop.set()
             self.barrier.abort()
             with self.lock:
+                self.drain_waiting()
                 m = self.got.now(Stop.INTERRUPTED, "interrupted", interrupted=True)
             if self.on_record:
                 self.on_record(m.with_overlaps())
             raise
         if self.crashed:
             raise self.crashed[0]
+        self.drain_waiting()  # none after a stop; kept, should a stream have ended otherwise
         if self.window and self.got.wants_window_accept:
             self.read_window()  # drained: exact over the whole window
         reason = self.ended[0] if self.ended else (Stop.SAMPLE_BUDGET, "no stream left")

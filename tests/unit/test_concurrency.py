@@ -276,3 +276,39 @@ def test_results_and_table_carry_the_level():
     assert back.aggregate_tok_s and back.co_decoding and len(back.requests) == 8
     table = terminal([back])
     assert "conc" in table and "aggregate" in table and " 4 " in table
+
+
+class _PromptTimedSampler:
+    """A stand-in stream: the first prompt takes 0.3 s, every other 10 ms; each record names
+    its prompt (as ``prompt_tokens``, its index) so the test can see which were counted."""
+
+    backend = get_backend("llamacpp")
+
+    def __init__(self, prompts: list[str]) -> None:
+        self.prompts = prompts
+
+    def one(self, prompt: str, max_tokens: int) -> RequestRecord:
+        import time
+
+        sent = time.perf_counter()
+        took = 0.3 if prompt == self.prompts[0] else 0.01
+        time.sleep(took)
+        return RequestRecord(prompt_tokens=self.prompts.index(prompt), completion_tokens=11,
+                             ttft_s=took / 2, decode_s=took / 2, chunk_times_s=(took / 2, took),
+                             sent_s=sent)
+
+
+def test_the_requests_counted_are_the_first_sent_not_the_first_to_finish():
+    """Two streams, the first prompt slow: the fast stream finishes four before it does. The
+    rule must see the first four *sent* (prompts 0-3), the same prompts however the server's
+    speed orders them (a draft length that speeds up some prompts more than others made the
+    first four to finish a different mix at each K); the fast ones sent later are drained."""
+    prompts = [f"prompt {k}" for k in range(10)]
+    samplers = [_PromptTimedSampler(prompts) for _ in range(2)]
+    m = measure_closed_loop(samplers, Workload(prompts, 11, warmup=0),  # type: ignore[arg-type]
+                            Stopping(FixedCount(4)))
+    assert [r.prompt_tokens for r in m.records] == [0, 1, 2, 3]
+    sent = [r.sent_s for r in m.records]
+    assert None not in sent and sent == sorted(sent)  # type: ignore[type-var]
+    # the fast stream's later requests (prompts 4-9, then round again) were drained, not counted
+    assert m.drained and min(r.sent_s or 0.0 for r in m.drained) >= max(sent)  # type: ignore[type-var]
