@@ -48,6 +48,10 @@ class HeadToHead:
     sweep_k: int
     plan_rates: tuple[float, ...]
     sweep_rates: tuple[float, ...]
+    # each block's accept length (None where the server gave none: K = 0): the same prompts at
+    # the same K read the same acceptance, so a block that ran the wrong server shows here
+    plan_accepts: tuple[float | None, ...] = ()
+    sweep_accepts: tuple[float | None, ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -75,13 +79,16 @@ def head_to_head(m: Measurer, ks: tuple[int, int], level: int,
         for k in ks:
             m.block(k, level, 2 * level)
     rates: dict[int, list[float]] = {k: [] for k in ks}
+    accepts: dict[int, list[float | None]] = {k: [] for k in ks}
     for k in (ks[0], ks[1], ks[1], ks[0]):
         found = m.block(k, level, requests * level)
         if found is None or found.decode_tok_s is None:
             raise ConfigError(f"{m.name} at K={k}, concurrency {level}: no request was timed")
         rates[k].append(found.decode_tok_s)
+        accepts[k].append(found.accept_length)
     m.pool.stop_launched()
-    return HeadToHead(level, ks[0], ks[1], tuple(rates[ks[0]]), tuple(rates[ks[1]]))
+    return HeadToHead(level, ks[0], ks[1], tuple(rates[ks[0]]), tuple(rates[ks[1]]),
+                      tuple(accepts[ks[0]]), tuple(accepts[ks[1]]))
 
 
 @dataclass(frozen=True)

@@ -220,6 +220,12 @@ class ClassResult:
         return f"{self.hardware}-c{self.concurrency}" if self.level_ids else self.hardware
 
     @property
+    def answered(self) -> int:
+        """Requests the level's window sent that the server answered: counted (the warm-up
+        transient among them), untimed and retried, drained after the stop."""
+        return self.samples + self.untimed + len(self.drained)
+
+    @property
     def timed(self) -> list[RequestRecord]:
         """The counted requests that succeeded and were timed, after the warm-up transient
         (what :attr:`Measurement.timed` gives of the measurement this result holds)."""

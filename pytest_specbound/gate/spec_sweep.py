@@ -177,7 +177,7 @@ class Measurer:
         if not self._twin_warm:
             self.pool.stop_launched()
         self.launches += 1
-        self.requests += sum(r.samples + r.transient for r in found.values())
+        self.requests += sum(r.answered for r in found.values())
         return found
 
     def twin_again(self, levels: Sequence[int]) -> dict[int, ClassResult | None]:
@@ -215,7 +215,7 @@ class Measurer:
             self.say(f"measuring {plan.what} at K={steps}: {variant.server.launch}")
         measured = measure_class(plan, self.pool, Hooks(say=self.say))
         result = judge_class(plan, measured)
-        self.requests += result.samples + result.transient
+        self.requests += result.answered
         if self.say and result.decode_tok_s is not None:
             self.say(f"{plan.what} at K={steps}: {result.decode_tok_s:.1f} tok/s per user, "
                      f"accept {result.accept_length or 1:.2f} over {result.samples} requests")
@@ -241,7 +241,7 @@ class Measurer:
             self.pool.stop_launched()
         if not isinstance(again, ClassResult):
             return None
-        self.requests += again.samples + again.transient
+        self.requests += again.answered
         return again
 
     def round_ms(self, steps: int, level: int) -> float:

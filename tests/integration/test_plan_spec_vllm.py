@@ -122,7 +122,11 @@ def test_a_sweep_point_times_every_request_and_counts_acceptance_per_position(ru
     run.points[k] = {level: measured_from(r, k) for level, r in results.items()}
     for level, result in results.items():
         timed = [q for q in result.timed if q.decode_s > 0 and q.decode_tokens > 0]
-        assert len(timed) == result.samples >= 4, (level, result.samples, len(timed))
+        # all but a leading warm-up transient (one request at a time: a first request slower
+        # than the rest by 3 standard errors is left out of the figures, not dropped)
+        assert len(timed) == result.samples - result.transient >= 4, \
+            (level, result.samples, result.transient, len(timed),
+             [(q.error, q.decode_s, q.completion_tokens) for q in result.requests])
         if k == 0:
             assert result.accept_length is None and result.accept_source == "none", result
             continue
@@ -179,16 +183,16 @@ def test_the_plan_predicts_the_accept_length_the_sweep_measured_at_every_k(run):
         assert 0 < level.acceptance.idle < 1, said
         for p in level.predictions:
             assert p.rate_bounds[0] <= p.rate <= p.rate_bounds[1], p
-    # the accept length predicted at each K against the one the sweep measured there, at
-    # concurrency 1, where every measurement is the same 8 prompts in the same order. At 2 the
-    # 8 counted are the first to finish, a different few of the 22 at each K, whose n-gram
-    # acceptance differs up to threefold (one sweep read 3.55, 3.11 and 3.79 at K=9-11 there,
-    # and 2.91 at K=14 where the plan's K=11 had read 3.79): the mix's noise, not the model's
-    (one,) = [level for level in plan.levels if level.concurrency == 1]
-    for p in one.predictions:
-        found = points[p.steps][1].accept
-        assert abs(p.accept - found) < 0.1 * found, \
-            f"K={p.steps} c1: predicted {p.accept:.2f}, swept {found:.2f}\n{said}"
+    # the accept length predicted at each K against the one the sweep measured there: every
+    # measurement counts the first 8 prompts sent, at both levels (counted as they finished,
+    # the 8 at concurrency 2 were a different few of the 22 at each K, whose n-gram acceptance
+    # differs up to threefold: one sweep read 2.91 at K=14 where the plan's K=11 had read 3.79)
+    for level in plan.levels:
+        for p in level.predictions:
+            found = points[p.steps][level.concurrency].accept
+            assert abs(p.accept - found) < 0.1 * found, \
+                f"K={p.steps} c{level.concurrency}: predicted {p.accept:.2f}, swept " \
+                f"{found:.2f}\n{said}"
 
 
 @pytest.mark.timeout(900)
@@ -212,26 +216,37 @@ def test_the_confirmed_plan_costs_a_third_of_the_sweep(run):
 def test_the_plans_k_against_the_sweeps_best_side_by_side(run, level, record_property):
     """The sweep's best K against the plan's, measured again side by side (A B B A, both
     servers up and warmed) where they differ: a sweep's single best point on this 2-core box is
-    often its luckiest. What is asserted is that the side-by-side check itself holds still (each
-    K's two blocks, a minute apart on one server, agree); whether the plan's K came within 5%
-    is recorded (``within_5_percent``) and printed, not asserted: one K measured on three vLLM
-    launches minutes apart here read 480, 431 and 306 tok/s, so a plan from two launches picks
-    by their luck, and on this server the 5% does not hold yet (#40)."""
+    often its luckiest. Asserted: each block ran the K it names on the sweep's prompts (its
+    accept length is the sweep's there: 8 requests a block, the first 8 prompts, greedy; to 3%
+    at concurrency 1, 8% at 2) and timed something sane. Whether the plan's K came within 5% is recorded
+    (``within_5_percent``) and printed, not asserted: two launches of one K, side by side in
+    alternating blocks, ran 20% apart at every block here (482/566, 417/530, 389/511, 343/429
+    tok/s), and each K's server is a launch of its own, so on this server a 5% difference
+    between two K is below what one launch each can resolve (#40)."""
     points = run.all_points()
     plan = run.the_plan()
     run.own.stop_launched()  # the plan's last server, if its confirmation has not run yet
     (row,) = [r for r in against_sweep(plan, points) if r.concurrency == level]
-    (row,) = referee(run.budget, NAME, HW, run.settings, run.pool, [row])
+    samples = 8  # the sweep's per point: the same first 8 prompts in every block
+    (row,) = referee(run.budget, NAME, HW, run.settings, run.pool, [row], samples // level)
     said = render_plan(plan) + _sweep_text(points) + (
         f"c{level}: sweep best K={row.sweep_k} {row.sweep_speedup:.2f}x, plan K={row.plan_k} "
         f"{row.plan_speedup:.2f}x in the sweep")
     assert row.plan_k in points and math.isfinite(row.plan_speedup), said
     if row.referee is not None:
         ref = row.referee
-        said += (f"; side by side {ref.ratio:.3f} (plan K {ref.plan_rates}, sweep K "
-                 f"{ref.sweep_rates} tok/s)")
+        said += (f"; side by side {ref.ratio:.3f} (plan K {ref.plan_rates}, accept "
+                 f"{ref.plan_accepts}; sweep K {ref.sweep_rates}, accept {ref.sweep_accepts})")
+        # one request at a time greedy decoding is deterministic: the sweep's accept to 3%;
+        # two batched change the random-weight model's near-tied picks (one K's blocks read
+        # 2.65 and 2.56 at concurrency 2, the sweep 2.56)
+        rel = 0.03 if level == 1 else 0.08
+        for k, accepts in ((ref.plan_k, ref.plan_accepts), (ref.sweep_k, ref.sweep_accepts)):
+            swept = points[k][level].accept
+            for found in accepts:
+                assert (found or 1.0) == pytest.approx(swept, rel=rel), (k, found, said)
         for a, b in (ref.plan_rates, ref.sweep_rates):
-            assert 0.75 < a / b < 1.33, said
+            assert a > 0 and b > 0 and 0.5 < a / b < 2.0, said  # a block that stalled
     record_property("within_5_percent", row.agrees)
     print(f"{said}; within 5%: {'yes' if row.agrees else 'NO'}")
 

@@ -82,6 +82,9 @@ def test_side_by_side_blocks_alternate_and_read_each_ks_own_rate(pytester_env, h
     assert all(0.5 * spec < r <= 1.05 * spec for r in found.plan_rates), found
     assert all(0.5 * plain < r <= 1.05 * plain for r in found.sweep_rates), found
     assert found.ratio > 2, found
+    # each block's accept length: the fake's K=3 accepts every draft (4 a round)
+    assert [round(a or 0, 6) for a in found.plan_accepts] == [4.0, 4.0], found
+    assert all(a in (None, 1.0) for a in found.sweep_accepts), found  # nothing drafted
     launched = (pytester_env.path / "launches.txt").read_text().split()
     # on a GPU one server at a time: K=3, the twin, the twin again, K=3 again; on the CPU the
     # two launched once each
