@@ -162,6 +162,9 @@ class _ClosedLoop:
         while self.next_counted in self.waiting and not self.stop.is_set():
             self.count(self.waiting.pop(self.next_counted))
             self.next_counted += 1
+        if self.waiting and self.deadline is not None and time.monotonic() > self.deadline:
+            # the time budget holds even while the rule waits on one slow request
+            self.finish((Stop.TIME_BUDGET, f"time budget of {self.max_seconds:g} s"))
         if self.stop.is_set():
             self.drain_waiting()
 

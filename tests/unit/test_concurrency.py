@@ -312,3 +312,14 @@ def test_the_requests_counted_are_the_first_sent_not_the_first_to_finish():
     assert None not in sent and sent == sorted(sent)  # type: ignore[type-var]
     # the fast stream's later requests (prompts 4-9, then round again) were drained, not counted
     assert m.drained and min(r.sent_s or 0.0 for r in m.drained) >= max(sent)  # type: ignore[type-var]
+
+
+def test_the_time_budget_holds_while_the_rule_waits_on_a_slow_request():
+    """The first prompt is slow and the rule counts in send order: the fast stream's requests
+    wait behind it, and the time budget ends the level on their arrival, not the slow one's."""
+    prompts = [f"prompt {k}" for k in range(10)]
+    samplers = [_PromptTimedSampler(prompts) for _ in range(2)]
+    m = measure_closed_loop(samplers, Workload(prompts, 11, warmup=0),  # type: ignore[arg-type]
+                            Stopping(FixedCount(100), max_seconds=0.05))
+    assert m.stop is Stop.TIME_BUDGET and not m.records
+    assert {r.prompt_tokens for r in m.drained} >= {0, 1, 2}  # all kept, none counted
