@@ -51,9 +51,11 @@ def _chained_sigint(previous: Callable[[int, FrameType | None], Any]
 def install() -> Callable[[], None]:
     """From the main thread: SIGTERM becomes an interrupt (CI cancel, a timeout: servers
     stopped, results kept) and SIGINT is noted before its handler runs (a SIGINT that is
-    ignored, as in a shell's background job, stays ignored). Returns what restores both."""
+    ignored, as in a shell's background job, stays ignored). Returns what restores both, and
+    what was noted before (an enclosing run's interrupt is not forgotten)."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
+    before = _requested.is_set(), list(_why)  # an enclosing run's (pytester in-process)
     clear()
     old_term = signal.signal(signal.SIGTERM, _on_sigterm)
     old_int = signal.getsignal(signal.SIGINT)
@@ -64,7 +66,9 @@ def install() -> Callable[[], None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if old_term is None else old_term)
         if callable(old_int):
             signal.signal(signal.SIGINT, old_int)
-        clear()
+        clear()  # as it was: this run's interrupt has ended this run, not an enclosing one
+        if before[0]:
+            note(*before[1][:1])
 
     return restore
 

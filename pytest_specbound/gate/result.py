@@ -221,7 +221,7 @@ class ClassResult:
 
     @property
     def answered(self) -> int:
-        """Requests the level's window sent that the server answered: counted (the warm-up
+        """Requests the level's window sent and saw end: counted (failed ones and the warm-up
         transient among them), untimed and retried, drained after the stop."""
         return self.samples + self.untimed + len(self.drained)
 

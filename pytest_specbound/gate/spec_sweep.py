@@ -234,7 +234,7 @@ class Measurer:
             self._twin_warm = False
         if not self._twin_warm:
             warm = self.twins.recheck(self.budget, self.name, level, 1, beside=True)
-            self.requests += 1
+            self.requests += warm.answered if isinstance(warm, ClassResult) else 1
             self._twin_warm = beside and isinstance(warm, ClassResult)
         again = self.twins.recheck(self.budget, self.name, level, requests, beside=True)
         if not beside:  # on a GPU the next step count's server needs the memory

@@ -130,6 +130,7 @@ class _ClosedLoop:
         self.sent = 0  # requests sent since the window opened
         self.waiting: dict[int, RequestRecord] = {}  # finished before one sent earlier
         self.next_counted = 0  # the send order of the next request the rule sees
+        self.most_sent = 0  # set by run()
         self.deadline: float | None = None
         self.barrier: threading.Barrier | None = None
 
@@ -197,6 +198,8 @@ class _ClosedLoop:
             self.barrier.wait()
             while not self.stop.is_set():
                 with self.lock:
+                    if self.sent >= self.most_sent:
+                        return  # the rest wait on a slow early request: no more load than planned
                     i = next(self.order)
                     self.sent += 1
                 record = sampler.one(prompts[i % len(prompts)], self.max_tokens)
@@ -208,9 +211,13 @@ class _ClosedLoop:
             with self.lock:
                 self.crashed.append(exc)
                 self.finish((Stop.REQUEST_FAILED, f"a stream crashed: {exc!r}"))
+                self.drain_waiting()
             self.barrier.abort()
 
     def run(self, samplers: Sequence[Sampler]) -> Measurement:
+        # what the rule may count, the untimed it may retry, and one in flight per stream: the
+        # most a level sends, however long one early request keeps the rule waiting
+        self.most_sent = self.rule.sample_budget + self.got.allowance + len(samplers)
         self.barrier = threading.Barrier(len(samplers), action=self.opened)
         threads = [threading.Thread(target=self.stream, args=(s,), daemon=True,
                                     name=f"specbound-stream-{k}") for k, s in enumerate(samplers)]

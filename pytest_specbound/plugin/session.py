@@ -249,11 +249,13 @@ class SpecboundSession:
             terminalreporter.write_line(line)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self._pool is not None:
-            self._pool.close()
-        if self._restore_signals is not None:
-            self._restore_signals()
-            self._restore_signals = None
+        try:
+            if self._pool is not None:
+                self._pool.close()
+        finally:
+            if self._restore_signals is not None:
+                self._restore_signals()
+                self._restore_signals = None
         if not self.controller or not self._outputs:
             return
         interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)

@@ -71,3 +71,20 @@ def test_a_server_being_waited_for_stops_waiting_on_a_noted_interrupt(installed,
     finally:
         timer.cancel()
     assert time.monotonic() - began < 20  # not the 30 s readiness timeout
+
+
+def test_a_run_inside_a_run_leaves_the_outer_runs_interrupt_noted():
+    """pytester runs a session in-process: its install and restore must not forget an interrupt
+    the enclosing run noted, nor hand its own to the enclosing run."""
+    outer = interrupts.install()
+    try:
+        interrupts.note("SIGTERM")
+        inner = interrupts.install()
+        interrupts.check()  # the inner run starts clean
+        interrupts.note()
+        inner()
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            interrupts.check()  # the outer run's, as it was
+    finally:
+        outer()
+    interrupts.check()
