@@ -38,10 +38,14 @@ def sweep(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: Ser
     return found, m.launches, m.requests
 
 
+AGREE = 0.95  # the plan's K agrees with the sweep's best within 5%
+
+
 @dataclass(frozen=True)
 class HeadToHead:
     """Two step counts measured in alternating blocks at one level, A B B A (a drift in the
-    box's speed that is linear over the four cancels): each block's per-user decode rate."""
+    box's speed that is linear over the four cancels), once or more: each block's per-user
+    decode rate, in order (the plan's K's blocks in one tuple, the sweep's in the other)."""
 
     concurrency: int
     plan_k: int
@@ -59,36 +63,50 @@ class HeadToHead:
         return sum(self.plan_rates) / sum(self.sweep_rates)
 
     @property
+    def pairs(self) -> tuple[float, ...]:
+        """Each plan block over its neighbouring sweep block (A B, then B A, each round)."""
+        return tuple(a / b for a, b in zip(self.plan_rates, self.sweep_rates, strict=True))
+
+    @property
     def ratio_bounds(self) -> tuple[float, float]:
-        """The lowest and highest ratio of a plan block to its neighbouring sweep block (A B and
-        B A): how far the box moved the ratio within the four."""
-        a1, a2 = self.plan_rates
-        b1, b2 = self.sweep_rates
-        pairs = (a1 / b1, a2 / b2)
-        return min(pairs), max(pairs)
+        """The lowest and highest of :attr:`pairs`: how far the box moved the ratio."""
+        return min(self.pairs), max(self.pairs)
+
+    @property
+    def undecided(self) -> bool:
+        """Its pairs fall on both sides of 5% below the sweep's best, and the pooled ratio under
+        it: the box moved the verdict, and another round may settle it."""
+        low, high = self.ratio_bounds
+        return self.ratio < AGREE and low < AGREE <= high
 
 
 def head_to_head(m: Measurer, ks: tuple[int, int], level: int,
-                 requests: int = 6) -> HeadToHead:
+                 requests: int = 6, max_rounds: int = 1) -> HeadToHead:
     """The plan's K (``ks[0]``) and the sweep's best (``ks[1]``) side by side at one level:
     ``requests`` per stream of each (so each user sees as many whole requests at every level)
     in the order A B B A; on the CPU both servers stay up for the four, launched and warmed by
-    two unmeasured requests per stream first (K = 0: the twin)."""
+    two unmeasured requests per stream first (K = 0: the twin). Up to ``max_rounds`` of the
+    four while the verdict is :attr:`HeadToHead.undecided`."""
     m.keep_up = True
     if m.twins.servers_fit_together:  # both launched and warmed first, neither block cold
         for k in ks:
             m.block(k, level, 2 * level)
     rates: dict[int, list[float]] = {k: [] for k in ks}
     accepts: dict[int, list[float | None]] = {k: [] for k in ks}
-    for k in (ks[0], ks[1], ks[1], ks[0]):
-        found = m.block(k, level, requests * level)
-        if found is None or found.decode_tok_s is None:
-            raise ConfigError(f"{m.name} at K={k}, concurrency {level}: no request was timed")
-        rates[k].append(found.decode_tok_s)
-        accepts[k].append(found.accept_length)
+    for _ in range(max_rounds):
+        for k in (ks[0], ks[1], ks[1], ks[0]):
+            found = m.block(k, level, requests * level)
+            if found is None or found.decode_tok_s is None:
+                raise ConfigError(f"{m.name} at K={k}, concurrency {level}: no request was "
+                                  "timed")
+            rates[k].append(found.decode_tok_s)
+            accepts[k].append(found.accept_length)
+        side = HeadToHead(level, ks[0], ks[1], tuple(rates[ks[0]]), tuple(rates[ks[1]]),
+                          tuple(accepts[ks[0]]), tuple(accepts[ks[1]]))
+        if not side.undecided:
+            break
     m.pool.stop_launched()
-    return HeadToHead(level, ks[0], ks[1], tuple(rates[ks[0]]), tuple(rates[ks[1]]),
-                      tuple(accepts[ks[0]]), tuple(accepts[ks[1]]))
+    return side
 
 
 @dataclass(frozen=True)
@@ -116,8 +134,8 @@ class AgainstSweep:
         if self.plan_k == self.sweep_k:
             return True
         if self.referee is not None:
-            return self.referee.ratio >= 0.95
-        return self.ratio >= 0.95
+            return self.referee.ratio >= AGREE
+        return self.ratio >= AGREE
 
 
 def against_sweep(plan: SpecPlan, points: Points) -> list[AgainstSweep]:
@@ -139,10 +157,11 @@ def against_sweep(plan: SpecPlan, points: Points) -> list[AgainstSweep]:
 
 def referee(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: ServerPool,
             rows: Sequence[AgainstSweep], requests: int = 6,
-            say: Say | None = None) -> list[AgainstSweep]:
+            say: Say | None = None, max_rounds: int = 2) -> list[AgainstSweep]:
     """Each level where the plan's K and the sweep's best differ, the two measured side by side
-    (:func:`head_to_head`, ``requests`` per stream a block): a sweep's best on a noisy box may
-    be its luckiest point."""
+    (:func:`head_to_head`, ``requests`` per stream a block, a second A B B A where the first
+    left the 5% undecided): a sweep's best on a noisy box may be its luckiest point."""
     return [replace(r, referee=head_to_head(Measurer(budget, name, hw, settings, pool, say),
-                                            (r.plan_k, r.sweep_k), r.concurrency, requests))
+                                            (r.plan_k, r.sweep_k), r.concurrency, requests,
+                                            max_rounds))
             if r.plan_k != r.sweep_k else r for r in rows]

@@ -245,8 +245,8 @@ def test_the_plans_k_against_the_sweeps_best_side_by_side(run, level, record_pro
             swept = points[k][level].accept
             for found in accepts:
                 assert (found or 1.0) == pytest.approx(swept, rel=rel), (k, found, said)
-        for a, b in (ref.plan_rates, ref.sweep_rates):
-            assert a > 0 and b > 0 and 0.5 < a / b < 2.0, said  # a block that stalled
+        for rates in (ref.plan_rates, ref.sweep_rates):  # a K's blocks: none stalled
+            assert min(rates) > 0 and max(rates) < 3.0 * min(rates), said
     record_property("within_5_percent", row.agrees)
     print(f"{said}; within 5%: {'yes' if row.agrees else 'NO'}")
 

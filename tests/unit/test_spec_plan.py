@@ -191,6 +191,11 @@ def test_the_sweeps_best_and_the_plans_k_side_by_side_decide_the_five_percent():
     worse = HeadToHead(1, 5, 3, plan_rates=(88.0, 86.0), sweep_rates=(98.0, 96.0))
     assert not replace(lucky, referee=worse).agrees
     assert AgainstSweep(1, 0, 1.0, 0, 1.0).agrees
+    # a second round of blocks only where the box moved the verdict: the pairs on both sides
+    # of the 5% and the pooled ratio under it
+    assert not close.undecided and not worse.undecided
+    moved = HeadToHead(1, 5, 3, plan_rates=(100.0, 80.0), sweep_rates=(98.0, 96.0))
+    assert moved.pairs == (100 / 98, 80 / 96) and moved.ratio < 0.95 and moved.undecided
 
 
 def test_a_lookup_drafter_that_finds_no_match_keeps_its_idle_share_at_every_k():
