@@ -39,6 +39,7 @@ def sweep(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: Ser
 
 
 AGREE = 0.95  # the plan's K agrees with the sweep's best within 5%
+REFEREE_ROUNDS = 2  # of A B B A at most, the second where the first left the 5% undecided
 
 
 @dataclass(frozen=True)
@@ -157,11 +158,11 @@ def against_sweep(plan: SpecPlan, points: Points) -> list[AgainstSweep]:
 
 def referee(budget: Budget, name: str, hw: Hardware, settings: Settings, pool: ServerPool,
             rows: Sequence[AgainstSweep], requests: int = 6,
-            say: Say | None = None, max_rounds: int = 2) -> list[AgainstSweep]:
+            say: Say | None = None) -> list[AgainstSweep]:
     """Each level where the plan's K and the sweep's best differ, the two measured side by side
     (:func:`head_to_head`, ``requests`` per stream a block, a second A B B A where the first
     left the 5% undecided): a sweep's best on a noisy box may be its luckiest point."""
     return [replace(r, referee=head_to_head(Measurer(budget, name, hw, settings, pool, say),
                                             (r.plan_k, r.sweep_k), r.concurrency, requests,
-                                            max_rounds))
+                                            REFEREE_ROUNDS))
             if r.plan_k != r.sweep_k else r for r in rows]
