@@ -8,15 +8,15 @@ the first N finished would favour the prompts that finish quickly (at a differen
 draft length, or in each block of a side-by-side check), the first N sent are the same prompts
 every time. When the rule stops, no stream sends again; the requests still in flight, and those
 finished but waiting, are kept as *drained* (they loaded the server, so they count in the
-overlaps, but the rule did not see them). Where the server gives no per-request accept figures, its counters are
-read when the window opens and after each counted request: every request in the window is ours
-(the measurement lock), so the counter deltas over the window are the level's accept length.
+overlaps, but the rule did not see them). Where the server gives no per-request accept figures,
+its counters are read when the window opens and after each counted request: every request in
+the window is ours (the measurement lock), so the counter deltas over the window are the
+level's accept length.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import sys
 import threading
 import time
@@ -126,8 +126,7 @@ class _ClosedLoop:
         self.stop = threading.Event()
         self.ended: list[tuple[Stop, str]] = []
         self.crashed: list[BaseException] = []
-        self.order = itertools.count()
-        self.sent = 0  # requests sent since the window opened
+        self.sent = 0  # requests sent since the window opened (the next one's send order)
         self.waiting: dict[int, RequestRecord] = {}  # finished before one sent earlier
         self.next_counted = 0  # the send order of the next request the rule sees
         self.most_sent = 0  # set by run()
@@ -153,6 +152,11 @@ class _ClosedLoop:
         self.got.window_accept = self.window.accept(self.sent, self.got.received_tokens)
         self.got.counters_restarted = self.window.restarted
 
+    def over_time(self) -> tuple[Stop, str] | None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            return Stop.TIME_BUDGET, f"time budget of {self.max_seconds:g} s"
+        return None
+
     def arrived(self, order: int, record: RequestRecord) -> None:
         """Under the lock: the request sent ``order``-th in the window has finished; count it
         and those sent after it that finished first, in the order they were sent."""
@@ -163,9 +167,8 @@ class _ClosedLoop:
         while self.next_counted in self.waiting and not self.stop.is_set():
             self.count(self.waiting.pop(self.next_counted))
             self.next_counted += 1
-        if self.waiting and self.deadline is not None and time.monotonic() > self.deadline:
-            # the time budget holds even while the rule waits on one slow request
-            self.finish((Stop.TIME_BUDGET, f"time budget of {self.max_seconds:g} s"))
+        if self.waiting and (late := self.over_time()):
+            self.finish(late)  # the time budget holds even while the rule waits on a slow one
         if self.stop.is_set():
             self.drain_waiting()
 
@@ -182,8 +185,8 @@ class _ClosedLoop:
             self.read_window()  # one scrape per look, not per request
         if reason is None:
             reason = self.rule.stop_reason(got.now())
-        if reason is None and self.deadline is not None and time.monotonic() > self.deadline:
-            reason = (Stop.TIME_BUDGET, f"time budget of {self.max_seconds:g} s")
+        if reason is None:
+            reason = self.over_time()
         if reason is not None:
             self.finish(reason)
         elif self.on_record:
@@ -200,7 +203,7 @@ class _ClosedLoop:
                 with self.lock:
                     if self.sent >= self.most_sent:
                         return  # the rest wait on a slow early request: no more load than planned
-                    i = next(self.order)
+                    i = self.sent
                     self.sent += 1
                 record = sampler.one(prompts[i % len(prompts)], self.max_tokens)
                 with self.lock:
