@@ -195,6 +195,7 @@ class LevelPlan:
     unit: str  # what the draft cost's slope is per: "draft forward" or "drafted token"
     confirmation: Confirmation | None = None
     base_drift: float | None = None  # the twin after the step counts over before, less 1
+    base_blocks: int = 1  # the twin's blocks pooled (3: its first two disagreed, measured again)
 
     @property
     def best(self) -> Prediction:
@@ -223,6 +224,7 @@ class LevelPlan:
             "draft_cost_ms": {"fixed": round(self.cost.fixed_ms, 4),
                               "per_unit": round(self.cost.per_unit_ms, 4), "unit": self.unit},
             "base_drift": None if self.base_drift is None else round(self.base_drift, 4),
+            "base_blocks": self.base_blocks,
             "predictions": [p.to_json() for p in self.predictions]}
         if self.confirmation is not None:
             c = self.confirmation

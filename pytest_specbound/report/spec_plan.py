@@ -22,7 +22,9 @@ def render_plan(plan: SpecPlan) -> str:
 def _level_lines(level: LevelPlan, measured: tuple[int, ...]) -> list[str]:
     best = level.recommended
     moved = "" if level.base_drift is None else \
-        f" (its two blocks {level.base_drift:+.0%} apart, pooled)"
+        f" (its two blocks {level.base_drift:+.0%} apart, pooled)" if level.base_blocks < 3 else \
+        f" (its first two blocks {level.base_drift:+.0%} apart: measured a third time, the " \
+        f"median block's)"
     out = ["", f"concurrency {level.concurrency}: without speculation {level.base.rate:.1f} "
                f"tok/s per user{moved}; acceptance {level.acceptance.how}; draft cost above the "
                f"roofline {level.cost.fixed_ms:.2f} ms a round + {level.cost.per_unit_ms:.2f} ms "
@@ -46,9 +48,11 @@ def _level_lines(level: LevelPlan, measured: tuple[int, ...]) -> list[str]:
     if c is not None and predicted is not None:
         inside = "inside" if c.landed(predicted) else "OUTSIDE"
         speedup = f", speedup {c.speedup:.2f}x" if c.speedup is not None else ""
+        slower = "" if c.landed(predicted) or c.speedup is None or c.speedup >= 1.0 else \
+            ": it ran slower than without speculation; measure again before deploying it"
         out.append(f"confirmed: K={c.measured.steps} measured {c.measured.rate:.1f} tok/s per "
                    f"user{speedup}, {inside} the predicted [{predicted.rate_bounds[0]:.1f}, "
-                   f"{predicted.rate_bounds[1]:.1f}]")
+                   f"{predicted.rate_bounds[1]:.1f}]{slower}")
     return out
 
 

@@ -114,7 +114,8 @@ def test_streams_are_requested_uncompressed():
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
 def test_a_gateway_that_compresses_anyway_is_decoded_read_by_read(encoding):
-    with FakeServer("vllm", Script(encoding=encoding, step_s=0.01)) as srv:
+    # events 50 ms apart: a reader descheduled for 10 ms on a loaded box would merge two
+    with FakeServer("vllm", Script(encoding=encoding, step_s=0.05)) as srv:
         m = measure(Sampler(Endpoint(srv.url), get_backend("vllm"), max_accept=4),
                     Workload([PROMPT], 41, warmup=0), Stopping(FixedCount(3)))
     assert not m.failures and not m.untimed, [r.error for r in m.failures]

@@ -212,22 +212,24 @@ def test_auto_port_picks_a_free_one(tmp_path):
 
 
 # A launch that loses its port: another process (outside the server's process group) binds the
-# port the launcher chose, then the server exits as servers do when they cannot bind. The thief
-# holds the port for 30 s; its pid goes to a file so the test can end it.
+# port the launcher chose, then the server exits as servers do when they cannot bind, once the
+# thief says it holds the port (a fixed wait could lose that race on a loaded box). It holds
+# the port for 30 s; its pid goes to a file so the test can end it.
 PORT_THIEF = r"""
-import os, subprocess, sys, time
+import os, subprocess, sys
 port, marker, pids, mode = sys.argv[1:5]
 if os.path.exists(marker):
     os.execv(sys.executable, [sys.executable, "-m", "tests.servers.fake", "--family", "vllm",
                               "--port", port])
 hold = ("import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1])));"
-        " s.listen(); time.sleep(30)")
-thief = subprocess.Popen([sys.executable, "-c", hold, port], start_new_session=True)
+        " s.listen(); print('bound', flush=True); time.sleep(30)")
+thief = subprocess.Popen([sys.executable, "-c", hold, port], start_new_session=True,
+                         stdout=subprocess.PIPE, text=True)
 with open(pids, "a") as f:
     f.write(f"{thief.pid}\n")
 if mode == "once":  # the next launch starts the real server
     open(marker, "w").close()
-time.sleep(0.5)
+thief.stdout.readline()  # the port is taken (however long a loaded box takes to start it)
 sys.exit("error: bind: address already in use")
 """
 

@@ -113,6 +113,33 @@ def test_a_confirmation_lands_inside_the_predicted_interval_or_says_not():
     assert not Confirmation(Measured(k, predicted.rate_bounds[1] * 1.2, (0, 0))).landed(predicted)
 
 
+def test_the_table_says_how_the_twin_was_pooled_and_a_confirmation_that_ran_slower():
+    """The plan's text names the twin's blocks (two pooled, or a third measured where they
+    disagreed) and, where the recommended K measured outside its interval and under the twin,
+    says so: a plan may miss, not silently."""
+    from pytest_specbound.gate.spec_sweep import SpecPlan
+    from pytest_specbound.report.spec_plan import render_plan
+
+    level = predict_level(1, exact(0, 0.02), [exact(1, 0.02), exact(3, 0.02)], RoundModel(roof),
+                          range(1, 9))
+    k = level.recommended
+    base = level.base.rate
+    plan = SpecPlan("b.toml", "chat", "cpu", (1, 3), tuple(range(1, 9)), [
+        replace(level, base_drift=0.04, base_blocks=2,
+                confirmation=Confirmation(exact(k, 0.02), true_rate(k) / base)),
+        replace(level, concurrency=2, base_drift=0.67, base_blocks=3,
+                confirmation=Confirmation(Measured(k, 0.85 * base, (0.8 * base, 0.9 * base)),
+                                          0.85))])
+    text = render_plan(plan)
+    assert "(its two blocks +4% apart, pooled)" in text
+    assert "(its first two blocks +67% apart: measured a third time, the median block's)" in text
+    first, second = [line for line in text.splitlines() if line.startswith("confirmed:")]
+    assert "inside the predicted" in first and "slower" not in first
+    assert "OUTSIDE the predicted" in second and second.endswith(
+        "it ran slower than without speculation; measure again before deploying it")
+    assert [lv["base_blocks"] for lv in plan.to_json()["levels"]] == [2, 3]
+
+
 def test_one_measured_step_count_is_refused():
     with pytest.raises(ValueError, match="two distinct measured step counts"):
         predict_level(1, exact(0), [exact(2), exact(2)], RoundModel(roof), range(1, 4))
@@ -167,6 +194,61 @@ def test_the_twins_two_blocks_are_pooled_and_their_drift_widens_the_interval():
     both, drift = pooled(before, after)
     assert both.rate == 90.0 and both.rate_bounds == (76.0, 105.0)
     assert drift == pytest.approx(-0.2)
+
+
+def _twin_block(rate: float, requests: int = 4):
+    """A twin's block: ``requests`` timed at about ``rate`` decode tok/s."""
+    from pytest_specbound.gate.result import ClassResult
+    from pytest_specbound.serving.records import RequestRecord
+
+    spread = (0.98, 1.02, 0.99, 1.01)
+    records = tuple(RequestRecord(completion_tokens=65, decode_s=64 / (rate * spread[i % 4]))
+                    for i in range(requests))
+    return ClassResult("b.toml", "c", "cpu", "pass", decode_tok_s=rate, requests=records,
+                       samples=requests)
+
+
+def test_the_twins_three_blocks_pool_about_their_median():
+    from pytest_specbound.gate.spec_sweep import pooled
+
+    blocks = [Measured(0, r, (r - 5, r + 5)) for r in (100.0, 167.0, 160.0)]
+    both, drift = pooled(*blocks)
+    assert both.rate == 160.0 and both.rate_bounds == (95.0, 172.0)
+    assert drift == pytest.approx(0.67)
+
+
+@pytest.mark.parametrize(("first", "later", "blocks", "rate"), [
+    (100.0, 110.0, 2, 105.0),  # 10% apart: pooled, nothing measured again
+    (100.0, 80.0, 2, 90.0),  # 20% under: still within TWIN_DISAGREE
+    (100.0, 167.0, 3, 160.0),  # 67% apart (seen on a 2-core box): a third block, the median
+    (167.0, 100.0, 3, 160.0),  # the same the other way about
+])
+def test_a_twin_whose_two_blocks_disagree_is_measured_a_third_time(first, later, blocks, rate):
+    """The plan's twin is every speedup's denominator: two blocks further apart than
+    TWIN_DISAGREE say the box moved one of them, so a third is measured and the median block's
+    rate taken (once, two blocks 67% apart put K=2 at 1.14x; measured, it ran 0.85x)."""
+    from pytest_specbound.gate.spec_sweep import measured_from, settled_twin
+
+    asked: list[int] = []
+
+    def third():
+        asked.append(1)
+        return _twin_block(160.0)
+
+    twin, drift, n = settled_twin(measured_from(_twin_block(first), 0), _twin_block(later),
+                                  third)
+    assert (n, len(asked)) == (blocks, blocks - 2)
+    assert twin.rate == pytest.approx(rate) and drift == pytest.approx(later / first - 1)
+    assert twin.rate_bounds[0] < min(first, later) and twin.rate_bounds[1] > max(first, later)
+
+
+def test_a_twin_measured_once_or_whose_third_block_failed_keeps_what_it_has():
+    from pytest_specbound.gate.spec_sweep import measured_from, settled_twin
+
+    first = measured_from(_twin_block(100.0), 0)
+    assert settled_twin(first, None, lambda: pytest.fail("no third block")) == (first, None, 1)
+    twin, drift, n = settled_twin(first, _twin_block(200.0), lambda: None)
+    assert (n, twin.rate, drift) == (2, pytest.approx(150.0), pytest.approx(1.0))
 
 
 def test_the_default_step_counts_sit_a_quarter_and_three_quarters_into_the_range():
