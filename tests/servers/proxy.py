@@ -29,7 +29,15 @@ class ForwardProxy:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        # shut the listening socket down before closing it: a close from this thread leaves the
+        # accept blocked in the serving thread, and the socket with it, listening; the next
+        # server bound to port 0 was once given the same port, and its first client this proxy
+        # (a DCGM exporter's scrape answered with a router's /metrics)
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+        if self.thread.is_alive():
+            self.thread.join(5.0)
 
     def _serve(self) -> None:
         while True:

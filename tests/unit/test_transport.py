@@ -59,6 +59,19 @@ def test_proxies_come_from_the_environment(monkeypatch):
         assert Endpoint(f"http://gpu-box.invalid:{port}").proxies == {}
 
 
+def test_a_proxy_that_has_exited_listens_no_more():
+    """The test proxies' listening socket is shut, not only closed: a close from the main
+    thread left its accept blocked, the port listening, and the next server given that port
+    lost its first client to the stale proxy (a DCGM scrape answered with a router's page)."""
+    import socket
+
+    with ForwardProxy() as proxy:
+        port = int(proxy.url.rsplit(":", 1)[1])
+    assert not proxy.thread.is_alive()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
 def test_loopback_is_never_proxied(monkeypatch):
     with FakeServer("vllm") as srv:
         monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
