@@ -129,14 +129,15 @@ class AgainstSweep:
         return self.plan_speedup / self.sweep_speedup if self.sweep_speedup > 0 else math.nan
 
     @property
+    def judged_ratio(self) -> float:
+        """The plan's K over the sweep's best side by side (the A B B A blocks, where they were
+        run), else in the sweep itself."""
+        return self.referee.ratio if self.referee is not None else self.ratio
+
+    @property
     def agrees(self) -> bool:
-        """The same K; else within 5% of the sweep's best side by side (the A B B A blocks,
-        where they were run), or in the sweep itself."""
-        if self.plan_k == self.sweep_k:
-            return True
-        if self.referee is not None:
-            return self.referee.ratio >= AGREE
-        return self.ratio >= AGREE
+        """The same K; else within 5% of the sweep's best (:attr:`judged_ratio`)."""
+        return self.plan_k == self.sweep_k or self.judged_ratio >= AGREE
 
 
 def against_sweep(plan: SpecPlan, points: Points) -> list[AgainstSweep]:

@@ -46,9 +46,10 @@ def _level_lines(level: LevelPlan, measured: tuple[int, ...]) -> list[str]:
     c = level.confirmation
     predicted = level.at(c.measured.steps) if c else None
     if c is not None and predicted is not None:
-        inside = "inside" if c.landed(predicted) else "OUTSIDE"
+        landed = c.landed(predicted)
+        inside = "inside" if landed else "OUTSIDE"
         speedup = f", speedup {c.speedup:.2f}x" if c.speedup is not None else ""
-        slower = "" if c.landed(predicted) or c.speedup is None or c.speedup >= 1.0 else \
+        slower = "" if landed or c.speedup is None or c.speedup >= 1.0 else \
             ": it ran slower than without speculation; measure again before deploying it"
         out.append(f"confirmed: K={c.measured.steps} measured {c.measured.rate:.1f} tok/s per "
                    f"user{speedup}, {inside} the predicted [{predicted.rate_bounds[0]:.1f}, "

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_specbound.gate.against_sweep import Points
 
 UNUSED_URL = 'url = "http://unused.invalid:1"'  # the tests pass --specbound-url or launch
 
@@ -74,3 +78,11 @@ launch = '''{shlex.join(argv)}'''
 ready_timeout_s = 400
 env = {{ {env} }}
 {tables}"""
+
+
+def sweep_text(points: Points) -> str:
+    """A sweep's points, a line per K: each level's rate and accept length (for a failure's
+    message)."""
+    return "".join(f"sweep K={k}: " + ", ".join(
+        f"c{c} {m.rate:.0f} tok/s accept {m.accept:.2f}" for c, m in sorted(points[k].items()))
+        + "\n" for k in sorted(points))

@@ -17,7 +17,7 @@ from pytest_specbound.gate.settings import resolve
 from pytest_specbound.gate.spec_sweep import PlanAsk, plan_spec
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.report.spec_plan import render_plan
-from tests.integration.budgets import llama_budget, synth_launch
+from tests.integration.budgets import llama_budget, sweep_text, synth_launch
 
 pytestmark = pytest.mark.integration
 RATES = ",".join(f"{0.9 * 0.75 ** i:.3f}" for i in range(13))
@@ -55,10 +55,7 @@ def test_the_plan_costs_a_third_of_a_sweep_and_predicts_its_accept_lengths(
         f"c{r.concurrency}: sweep best K={r.sweep_k} {r.sweep_speedup:.2f}x, plan K={r.plan_k} "
         f"{r.plan_speedup:.2f}x in the sweep" + (
             f"; side by side {r.referee.plan_rates} against {r.referee.sweep_rates} tok/s"
-            if r.referee else "") + "\n" for r in rows) + "".join(
-        f"sweep K={k}: " + ", ".join(f"c{c} {m.rate:.0f} tok/s accept {m.accept:.2f}"
-                                      for c, m in sorted(points[k].items())) + "\n"
-        for k in sorted(points))
+            if r.referee else "") + "\n" for r in rows) + sweep_text(points)
     # the recommended K within 5% of the sweep's best: the same K, or the two measured side by
     # side in A B B A blocks (this 2-core box moves a rate 10-40% between measurements a
     # minute apart, so a sweep's single best point is often its luckiest). Recorded per level
@@ -78,12 +75,12 @@ def test_the_plan_costs_a_third_of_a_sweep_and_predicts_its_accept_lengths(
 
     def flagged(concurrency: int) -> bool:
         level = levels[concurrency]
-        (predicted,) = [p for p in level.predictions if p.steps == level.recommended] or [None]
+        predicted = level.at(level.recommended)
         c = level.confirmation
         return c is not None and predicted is not None and not c.landed(predicted)
 
     def resolved(r: AgainstSweep) -> bool:
-        return r.agrees or (r.referee.ratio if r.referee else r.ratio) >= LAUNCHES_RESOLVE
+        return r.agrees or r.judged_ratio >= LAUNCHES_RESOLVE
 
     for r in rows:
         record_property(f"c{r.concurrency}_within_5_percent", r.agrees)

