@@ -30,7 +30,7 @@ def run_budget(pytester: pytest.Pytester, folder: Path, tables: str,
     pytester.makeini(PYTESTER_INI)
     (pytester.path / "budgets").mkdir()
     (pytester.path / "budgets" / "vllm.toml").write_text(
-        vllm_ngram_budget(model, extra_argv, tables))
+        vllm_ngram_budget(model, extra_argv, tables, one_process=True))
     out = pytester.runpytest_subprocess("--specbound-hw=cpu", "budgets/", "--specbound-json=r.json",
                                         "-p", "no:randomly", timeout=1200)
     (r,) = json.loads((pytester.path / "r.json").read_text())["results"]

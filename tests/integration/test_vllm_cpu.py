@@ -28,7 +28,10 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory):
     return write_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
 
 
-def vllm_server(model, logs, per_request: bool) -> Server:
+def vllm_server(model, logs, per_request: bool, one_process: bool = False) -> Server:
+    """vLLM with n-gram speculation of 3 tokens; ``per_request``: its per-request spec-decode
+    figures on; ``one_process``: the engine in the API server's process (a launch in some 20 s
+    on 2 cores instead of 35-45: each process imports torch and vLLM)."""
     spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
             "--host", "{host}", "--port", "{port}", "--enforce-eager", "--max-model-len", "2048",
@@ -38,12 +41,19 @@ def vllm_server(model, logs, per_request: bool) -> Server:
     # VLLM_SERVER_DEV_MODE=1: /server_info dumps the engine config (the layout it runs)
     env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
            "TOKENIZERS_PARALLELISM": "false", "VLLM_SERVER_DEV_MODE": "1"}
+    if one_process:
+        argv += ["--distributed-executor-backend", "uni"]
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     return start_server(LaunchSpec(argv, env=env), Readiness(VLLM.ready_paths, 400), logs, name="vllm")
 
 
+# The per-request server runs vLLM as deployed (the API server and its engine-core process);
+# the Prometheus-only one runs the engine in the API server's process, which starts in half the
+# time and serves the same routes and counters. Each is stopped by the module's last test.
 @pytest.fixture(scope="module", params=[True, False], ids=["per-request", "prometheus-only"])
 def server(request, tiny_llama, tmp_path_factory) -> Iterator[tuple[Server, bool]]:
-    srv = vllm_server(tiny_llama, tmp_path_factory.mktemp("vllm-logs"), request.param)
+    srv = vllm_server(tiny_llama, tmp_path_factory.mktemp("vllm-logs"), request.param,
+                      one_process=not request.param)
     try:
         yield srv, request.param
     finally:
@@ -101,18 +111,6 @@ def test_auto_backend_and_info(server):
     srv, _ = server
     assert identify(srv.endpoint) == "vllm"
     assert VLLM().info(srv.endpoint).version.startswith("0.")
-
-
-def test_teardown_leaves_no_process(tiny_llama, tmp_path):
-    srv = vllm_server(tiny_llama, tmp_path, True)
-    pgid = srv.process.pid
-    srv.stop()
-    import subprocess
-
-    ps = subprocess.run(["ps", "-e", "-o", "pid=,pgid=,stat="], capture_output=True, text=True)
-    left = [ln for ln in ps.stdout.splitlines()
-            if ln.split()[1] == str(pgid) and not ln.split()[2].startswith("Z")]
-    assert left == []
 
 
 @pytest.mark.parametrize("prompt_class", ["coding", "chat", "repetitive"])
@@ -338,3 +336,19 @@ def test_the_peers_workloads_run_on_vllm(server, tiny_llama, tmp_path):
     chat = load_set(str(tmp_path / "sg.json")).prompts
     m = measure(sampler, Workload(chat, 16, warmup=0), Stopping(FixedCount(2)))
     assert not m.failures and all(r.completion_tokens == chat[0].max_tokens for r in m.records)
+
+
+def test_teardown_leaves_no_process(server):
+    """Stopping the server ends its whole process group (for the per-request server, the API
+    server and its engine core): nothing of it is left but zombies. The module's last test:
+    it stops the server the others shared."""
+    import subprocess
+
+    srv, _ = server
+    pgid = srv.process.pid
+    srv.stop()
+    assert srv.process is None
+    ps = subprocess.run(["ps", "-e", "-o", "pid=,pgid=,stat="], capture_output=True, text=True)
+    left = [ln for ln in ps.stdout.splitlines()
+            if ln.split()[1] == str(pgid) and not ln.split()[2].startswith("Z")]
+    assert left == []

@@ -19,8 +19,10 @@ def fake_slots() -> Iterator[FakeServer]:
 
 # The fake's truth is about 0.78 of the roofline at every level on a quiet box, but its threads
 # and the client's share two cores: at concurrency 4 on a loaded CI runner it read 0.54, within
-# the sampling interval of 0.5. The levels are the subject here, so the floor sits well below.
-MIN_EFFICIENCY = 0.3
+# the sampling interval of 0.5, and at 2 beside another xdist worker 0.50 [0.30, 1.21] over six
+# requests, undecided at a floor of 0.3. The levels are the subject here, so the floor sits
+# far below anything a working client and fake read.
+MIN_EFFICIENCY = 0.1
 
 
 def gate(pytester, url, extra: str, *args):
