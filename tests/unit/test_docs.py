@@ -26,12 +26,13 @@ def test_each_command_builds_its_own_venv_and_installs_what_it_needs():
         # llama.cpp built portable: a native build dies of SIGILL on another CPU or in a VM
         assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF ' in line
     assert main.endswith("pytest --specbound-hw=cpu budgets/cpu-demo.toml")
-    # every folder of tests runs: the unit, plugin and fault tests on two xdist workers, then
-    # the real servers one at a time (their timing is what they test), with the durations
+    # every folder of tests runs: the unit and fault tests on two xdist workers, then the
+    # plugin tests and the real servers one at a time (timing is what they test), with the
+    # durations
     runs = [part.strip() for part in tests.split("&&") if part.strip().startswith("python -m pytest")]
     folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
     assert {word.removeprefix("tests/") for run in runs for word in run.split()} >= folders, runs
-    assert runs[-1] == "python -m pytest tests/integration --durations=20", runs
+    assert runs[-1] == "python -m pytest tests/plugin tests/integration --durations=20", runs
     assert "-n" not in runs[-1].split()
 
 
