@@ -12,6 +12,7 @@ read the runs."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -109,6 +110,9 @@ def test_an_unchanged_second_run_passes(pytester, demo_server):
 
 def test_fewer_threads_is_a_system_regression_and_compare_and_history_read_it(pytester,
                                                                               demo_server):
+    if len(os.sched_getaffinity(0)) < 2:  # the regression is one thread where there were two
+        pytest.skip("needs two cores to run on: on one (taskset -c 0) a llama-server with two "
+                    "threads runs no faster than with one, so one thread is no regression")
     slower = under_same_load(pytester, demo_server, 1, 3.0, "r3.json")
     r = slower["result"]
     assert slower["ret"] == 1 and "regressed" in r["reasons"], (slower["load"], slower["out"])
