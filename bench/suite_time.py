@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from tests.suite_time import (  # noqa: E402
     TIMEOUT_PROPERTY,
     TimedTest,
+    by_file,
     file_table,
     near_timeout,
     read_times,
@@ -78,7 +79,7 @@ def main() -> int:
     total = sum(t.seconds for t in times)
     slowest = max(times, key=lambda t: t.seconds)
     print(f"headline: {len(times)} tests, {total / 60:.1f} min of test time; the slowest file "
-          f"{file_table(times, 1)[1].split()[0]}; the slowest test {slowest.nodeid} "
+          f"{by_file(times)[0].file}; the slowest test {slowest.nodeid} "
           f"({slowest.seconds:.1f} s); {len(near)} over half their timeout")
     return 0
 

@@ -10,9 +10,9 @@ test that near its bound fails on a slower machine for no fault of the code). Wi
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -148,13 +148,12 @@ class SuiteTime:
 
 
 def write_times(path: str, times: list[TimedTest]) -> None:
-    """The times as JSON, written whole (a temporary file renamed over ``path``)."""
+    """The times as JSON, written whole (the project's atomic write)."""
+    from pytest_specbound.atomic import write_json
+
     rows = [{"nodeid": t.nodeid, "seconds": round(t.seconds, 3), "timeout": t.timeout}
             for t in times]
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"tests": rows}, f, indent=1)
-    os.replace(tmp, path)
+    write_json(Path(path), {"tests": rows})
 
 
 def read_times(path: str) -> list[TimedTest]:
