@@ -6,6 +6,7 @@ note, and a baseline from another machine is named (or, strict, not compared).""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -23,20 +24,29 @@ def run(pytester: pytest.Pytester, url: str, out: str, *args: str,
     return result, json.loads((pytester.path / out).read_text())["results"][0]
 
 
+# A fake whose requests differ as a real server's do (+-15% per request). Without the spread a
+# sleep-timed fake's requests are so alike that the box's own drift between two runs (2-4% on
+# a busy CI VM) is a significant decode drop: the two-sample test fails on any drop it can
+# tell from noise, whatever the resolution (which sizes its pass side). CI once failed the
+# folder test so: decode -2.3% [-3.6%, -1.0%] at a 20% resolution.
+STEADY = Script(step_s=0.007, jitter=0.15)
+# a 20% resolution: the pass side rules out a 20% drop within the class's first requests
+LOOSE = "--specbound-resolution=0.2"
+
+
 def test_same_server_passes_a_slower_one_regresses_as_system(pytester_env):
-    # a 20% resolution: the fake's sleeps overshoot on a loaded machine (parallel tests), and
-    # what is tested is the comparison's logic, not this machine's steadiness
-    loose = "--specbound-resolution=0.2"
-    with FakeServer("vllm", Script(step_s=0.007)) as srv:
+    loose = LOOSE
+    with FakeServer("vllm", STEADY) as srv:
         first, _ = run(pytester_env, srv.url, "r1.json", loose)
         assert first.ret == 0
         again, r = run(pytester_env, srv.url, "r2.json", "--specbound-baseline=r1.json", loose)
     assert again.ret == 0, again.stdout.str()
     b = r["baseline"]
-    assert b["label"].startswith("baseline run 20") and abs(b["decode_change"]["change"]) < 0.1
-    assert b["decode"]["side"] == "ok" and "regressed" not in r["reasons"]
+    assert b["label"].startswith("baseline run 20") and abs(b["decode_change"]["change"]) < 0.2
+    # passed, or (on an overloaded box: three of this file on one core) left undecided, a note
+    assert b["decode"]["side"] in ("ok", "unsure") and "regressed" not in r["reasons"]
     assert "vs baseline run" in again.stdout.str()
-    with FakeServer("vllm", Script(step_s=0.014)) as slow:  # rounds twice as long, same accept
+    with FakeServer("vllm", replace(STEADY, step_s=0.014)) as slow:  # rounds twice as long
         slower, r = run(pytester_env, slow.url, "r3.json", "--specbound-baseline=r1.json", loose)
     assert slower.ret == 1
     assert r["verdict"] == "fail" and r["diagnosis"] == "system" and "regressed" in r["reasons"]
@@ -88,16 +98,13 @@ def test_another_machine_is_named_or_not_compared(pytester_env, fake_vllm):
     assert result.ret == 0 and "not compared (strict)" in r["baseline"]["note"]
 
 
-def test_a_folder_of_artifacts_and_bad_paths(pytester_env, fake_vllm):
+def test_a_folder_of_artifacts_and_bad_paths(pytester_env):
     art = pytester_env.path / "artifacts" / "runner-a"
     art.mkdir(parents=True)
-    # the subject is the paths: a 20% resolution, as a sleep-timed fake's requests are so
-    # alike that a box's few-% move between two runs is decided at 5% (beside another xdist
-    # worker on one core: -4.1% [-6.2%, -1.9%], a regression)
-    loose = "--specbound-resolution=0.2"
-    run(pytester_env, fake_vllm.url, "artifacts/runner-a/results.json", loose)
-    (art / "notes.json").write_text('{"not": "results"}')  # skipped inside a folder
-    result, r = run(pytester_env, fake_vllm.url, "r2.json", "--specbound-baseline=artifacts", loose)
+    with FakeServer("vllm", STEADY) as srv:
+        run(pytester_env, srv.url, "artifacts/runner-a/results.json", LOOSE)
+        (art / "notes.json").write_text('{"not": "results"}')  # skipped inside a folder
+        result, r = run(pytester_env, srv.url, "r2.json", "--specbound-baseline=artifacts", LOOSE)
     # compared with the folder's one results file (the same server: not a regression; on a
     # busy box the client's clock may leave the two-sample test undecided, which passes)
     assert result.ret == 0 and r["baseline"]["path"].endswith("results.json")

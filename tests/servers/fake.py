@@ -9,6 +9,7 @@ Fault modes (``fault=...``) make it misbehave the ways real servers do.
 from __future__ import annotations
 
 import json
+import random
 import sys
 import threading
 import time
@@ -24,6 +25,9 @@ FAULTS = ("die", "stall", "truncate", "badjson", "http400", "http500", "nometric
 class Script:
     steps: list[int] = field(default_factory=lambda: [4] * 10)  # tokens per verify step
     step_s: float = 0.004  # time per verify step
+    # each request's steps take step_s times a factor drawn from [1 - jitter, 1 + jitter]: a real
+    # server's spread between requests, beside which a busy box's few-% drift is noise
+    jitter: float = 0.0
     ttft_s: float = 0.01
     model: str = "test-model"
     fault: str | None = None
@@ -47,6 +51,11 @@ class Script:
     # text_config: an older vLLM that gives str(vllm_config) whatever config_format asks
     vllm_config: dict[str, Any] | None = None
     text_config: bool = False
+
+    def request_step_s(self) -> float:
+        """The time per verify step of one request (its own draw of the jitter)."""
+        return self.step_s * random.uniform(1 - self.jitter, 1 + self.jitter) if self.jitter \
+            else self.step_s
 
     def draft_fields(self) -> dict[str, int]:
         """llama-server's per-request draft counters (absent where it drafted nothing)."""
@@ -480,6 +489,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _llamacpp(self, body: dict[str, Any]) -> None:
         """One event per token; timings with draft counters on the final event."""
+        step_s = self.s.request_step_s()
         self._start_sse()
         sent = 0
         start = time.perf_counter()
@@ -488,7 +498,7 @@ class _Handler(BaseHTTPRequestHandler):
             if i == 1:
                 start = time.perf_counter()
             if i:
-                time.sleep(self.s.step_s)
+                time.sleep(step_s)
             for _ in range(n):
                 sent += 1
                 self._event({"index": 0, "content": "a", "tokens": [100 + sent % 50],
@@ -506,12 +516,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _sglang_native(self, body: dict[str, Any]) -> None:
         """Cumulative text and completion_tokens on every chunk; spec fields on the last one."""
+        step_s = self.s.request_step_s()
         self._start_sse()
         total = 0
         sched = self._emissions()
         for i, n in enumerate(sched):
             if i:
-                time.sleep(self.s.step_s)
+                time.sleep(step_s)
             if not n:
                 continue
             total += n
@@ -536,6 +547,7 @@ class _Handler(BaseHTTPRequestHandler):
                                   "type": "NotFoundError", "code": 404}}, 404)
             return
         chat = self.path.endswith("chat/completions")
+        step_s = self.s.request_step_s()
         opts = body.get("stream_options") or {}
         continuous = bool(opts.get("continuous_usage_stats"))
         self._start_sse()
@@ -545,7 +557,7 @@ class _Handler(BaseHTTPRequestHandler):
         start = time.perf_counter()
         for i, k in enumerate(self._schedule() if per_token else self._emissions()):
             if i:
-                time.sleep(self.s.step_s)
+                time.sleep(step_s)
                 decoded_iters += 1
             else:
                 start = time.perf_counter()
@@ -607,13 +619,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _tgi(self, body: dict[str, Any]) -> None:
         """One event per token; details on the last; no [DONE]."""
+        step_s = self.s.request_step_s()
         self._start_sse()
         sent = 0
         sched = self._schedule()
         total = self.s.completion_tokens
         for i, n in enumerate(sched):
             if i:
-                time.sleep(self.s.step_s)
+                time.sleep(step_s)
             for _ in range(n):
                 sent += 1
                 last = sent == total
