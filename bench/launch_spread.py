@@ -31,10 +31,10 @@ def main() -> int:
                         help="requests a block, all streams together (default 8)")
     args = parser.parse_args()
 
-    from pytest_specbound.gate.budget import load_budget
-    from pytest_specbound.gate.pool import ServerPool
-    from pytest_specbound.gate.settings import resolve
-    from pytest_specbound.gate.spec_sweep import Measurer
+    from pytest_specbound.advisers.spec_sweep import Measurer
+    from pytest_specbound.gate.pipeline.pool import ServerPool
+    from pytest_specbound.gate.schema.budget import load_budget
+    from pytest_specbound.gate.schema.settings import resolve
     from pytest_specbound.physics.hardware import parse_hardware
 
     with tempfile.TemporaryDirectory(prefix="launch-spread-") as tmp:

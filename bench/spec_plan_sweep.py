@@ -60,12 +60,12 @@ resolution = 0.1
 
 
 def main() -> None:
+    from pytest_specbound.advisers.against_sweep import against_sweep, referee, sweep
+    from pytest_specbound.advisers.spec_sweep import PlanAsk, plan_spec
     from pytest_specbound.cli.plan_spec import steps_range
-    from pytest_specbound.gate.against_sweep import against_sweep, referee, sweep
-    from pytest_specbound.gate.budget import load_budget
-    from pytest_specbound.gate.pool import ServerPool
-    from pytest_specbound.gate.settings import resolve
-    from pytest_specbound.gate.spec_sweep import PlanAsk, plan_spec
+    from pytest_specbound.gate.pipeline.pool import ServerPool
+    from pytest_specbound.gate.schema.budget import load_budget
+    from pytest_specbound.gate.schema.settings import resolve
     from pytest_specbound.physics.hardware import parse_hardware
     from pytest_specbound.report.spec_plan import render_plan
     from pytest_specbound.values import levels_text

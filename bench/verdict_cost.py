@@ -35,8 +35,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from pytest_specbound.gate.budget import ClassBudget  # noqa: E402
-from pytest_specbound.gate.simulate import Looks, SimulatedServer, run_sequential  # noqa: E402
+from pytest_specbound.gate.judging.simulate import Looks, SimulatedServer, run_sequential  # noqa: E402
+from pytest_specbound.gate.schema.budget import ClassBudget  # noqa: E402
 from pytest_specbound.measure.sequential import MIN_DECISION, MISS_RATE  # noqa: E402
 from pytest_specbound.measure.stats import t_quantile  # noqa: E402
 from pytest_specbound.physics.hardware import parse_hardware  # noqa: E402

@@ -3,7 +3,8 @@
 The core is plain Python and never imports pytest; ``plugin/`` and ``cli.py`` are the two shells
 over it. The stages, in data-flow order: ``physics`` (hardware, models, roofline), ``serving``
 (server lifecycle, transport, backends), ``measure`` (prompts, sampler, statistics), ``gate``
-(budgets, settings, verdicts, runner), ``report``.
+(budgets, settings, verdicts, references, runner), ``advisers`` (plan-spec,
+calibrate), ``report``.
 
 Scripting the core::
 
@@ -30,8 +31,8 @@ _API = {
     "detect_hardware": "pytest_specbound.physics.hardware",
     "load_model": "pytest_specbound.physics.models",
     "parse_speculation": "pytest_specbound.physics.speculative",
-    "load_budget": "pytest_specbound.gate.budget",
-    "parse_budget": "pytest_specbound.gate.budget",
+    "load_budget": "pytest_specbound.gate.schema.budget",
+    "parse_budget": "pytest_specbound.gate.schema.budget",
     "measure": "pytest_specbound.measure.sampler",
     "Sampler": "pytest_specbound.measure.sampler",
     "FixedCount": "pytest_specbound.measure.sampler",
@@ -40,13 +41,13 @@ _API = {
     "ServerConfig": "pytest_specbound.serving.connect",
     "get_backend": "pytest_specbound.serving.backends",
     "load_prompts": "pytest_specbound.measure.prompts",
-    "judge": "pytest_specbound.gate.judge",
-    "Judging": "pytest_specbound.gate.judge",
-    "plan_class": "pytest_specbound.gate.plan",
-    "GateRun": "pytest_specbound.gate.run",
-    "Verdict": "pytest_specbound.gate.verdict",
-    "run_class": "pytest_specbound.gate.runner",
-    "ClassResult": "pytest_specbound.gate.result",
+    "judge": "pytest_specbound.gate.judging.judge",
+    "Judging": "pytest_specbound.gate.judging.judge",
+    "plan_class": "pytest_specbound.gate.pipeline.plan",
+    "GateRun": "pytest_specbound.gate.pipeline.run",
+    "Verdict": "pytest_specbound.gate.verdicts.verdict",
+    "run_class": "pytest_specbound.gate.pipeline.runner",
+    "ClassResult": "pytest_specbound.gate.verdicts.result",
     "Measurement": "pytest_specbound.measure.measurement",
     "RequestRecord": "pytest_specbound.serving.records",
 }
@@ -81,13 +82,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from pytest_specbound.gate.budget import load_budget, parse_budget
-    from pytest_specbound.gate.judge import Judging, judge
-    from pytest_specbound.gate.plan import plan_class
-    from pytest_specbound.gate.result import ClassResult
-    from pytest_specbound.gate.run import GateRun
-    from pytest_specbound.gate.runner import run_class
-    from pytest_specbound.gate.verdict import Verdict
+    from pytest_specbound.gate.judging.judge import Judging, judge
+    from pytest_specbound.gate.pipeline.plan import plan_class
+    from pytest_specbound.gate.pipeline.run import GateRun
+    from pytest_specbound.gate.pipeline.runner import run_class
+    from pytest_specbound.gate.schema.budget import load_budget, parse_budget
+    from pytest_specbound.gate.verdicts.result import ClassResult
+    from pytest_specbound.gate.verdicts.verdict import Verdict
     from pytest_specbound.measure.measurement import Measurement
     from pytest_specbound.measure.prompts import load_prompts
     from pytest_specbound.measure.sampler import FixedCount, Sampler, measure

@@ -15,11 +15,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from pytest_specbound._toml import read_text
+    from pytest_specbound.advisers.calibrate import measure_budget, proposed_text
     from pytest_specbound.atomic import write_text
-    from pytest_specbound.gate.budget import load_budget
-    from pytest_specbound.gate.calibrate import measure_budget, proposed_text
-    from pytest_specbound.gate.pool import ServerPool
-    from pytest_specbound.gate.settings import resolve
+    from pytest_specbound.gate.pipeline.pool import ServerPool
+    from pytest_specbound.gate.schema.budget import load_budget
+    from pytest_specbound.gate.schema.settings import resolve
 
     budget = load_budget(args.budget)
     hw = hardware_from_args(args.hw, None)

@@ -49,7 +49,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         sampler = Sampler(server.endpoint, backend, args.model_id, max_accept)
         info = backend.info(server.endpoint)
         if random is not None:  # built with the server's own tokenizer
-            from pytest_specbound.gate.random_workload import random_prompts
+            from pytest_specbound.gate.pipeline.random_workload import random_prompts
 
             built = random_prompts(random, requests_sent(args.samples, args.concurrency,
                                                          args.warmup),

@@ -44,12 +44,12 @@ def apart(steps: tuple[int, ...]) -> tuple[int, int]:
 def cmd_plan_spec(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from pytest_specbound.advisers.spec_sweep import PlanAsk, plan_spec
     from pytest_specbound.atomic import write_text
     from pytest_specbound.errors import ConfigError
-    from pytest_specbound.gate.budget import load_budget
-    from pytest_specbound.gate.pool import ServerPool
-    from pytest_specbound.gate.settings import resolve
-    from pytest_specbound.gate.spec_sweep import PlanAsk, plan_spec
+    from pytest_specbound.gate.pipeline.pool import ServerPool
+    from pytest_specbound.gate.schema.budget import load_budget
+    from pytest_specbound.gate.schema.settings import resolve
     from pytest_specbound.report.spec_plan import render_plan, write_plan_plot
 
     budget = load_budget(args.budget)

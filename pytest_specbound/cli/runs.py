@@ -9,7 +9,7 @@ from typing import Any
 def cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from pytest_specbound.gate.baseline import References
+    from pytest_specbound.gate.references.baseline import References
     from pytest_specbound.report.compare import compare, render
     from pytest_specbound.report.results import read_results
 

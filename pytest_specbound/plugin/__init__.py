@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specbound.gate.settings import OPTIONS, resolve
+from pytest_specbound.gate.schema.settings import OPTIONS, resolve
 from pytest_specbound.plugin.collect import Collection
 from pytest_specbound.plugin.fixtures import (
     specbound_check,

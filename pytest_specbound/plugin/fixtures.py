@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_specbound.gate.result import ClassResult
+    from pytest_specbound.gate.verdicts.result import ClassResult
     from pytest_specbound.physics.hardware import Hardware
     from pytest_specbound.physics.models import Model
     from pytest_specbound.physics.roofline import Roofline
@@ -30,7 +30,7 @@ def specbound_hw(request: pytest.FixtureRequest) -> Hardware:
 @pytest.fixture
 def specbound_model(request: pytest.FixtureRequest) -> Model:
     """The target model named by the test's ``specbound`` marker (or its budget)."""
-    from pytest_specbound.gate.plan import resolve_model
+    from pytest_specbound.gate.pipeline.plan import resolve_model
 
     budget, _ = parse_marker(request.node, {})
     return resolve_model(budget.model, {}, budget.path.parent, budget.origin("model"))
@@ -39,7 +39,7 @@ def specbound_model(request: pytest.FixtureRequest) -> Model:
 @pytest.fixture
 def specbound_roofline(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Roofline:
     """The per-round roofline for the marker's model and speculative method on this hardware."""
-    from pytest_specbound.gate.plan import roofline_for
+    from pytest_specbound.gate.pipeline.plan import roofline_for
 
     budget, _ = parse_marker(request.node, {})
     return roofline_for(budget, specbound_hw, {})
@@ -48,7 +48,7 @@ def specbound_roofline(request: pytest.FixtureRequest, specbound_hw: Hardware) -
 @pytest.fixture
 def specbound_server(request: pytest.FixtureRequest, specbound_hw: Hardware) -> Server:
     """The server for this test's config (one per distinct launch config per run)."""
-    from pytest_specbound.gate.plan import server_config
+    from pytest_specbound.gate.pipeline.plan import server_config
 
     session = session_of(request.config)
     budget, _ = parse_marker(request.node, {})

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_specbound.gate.budget import Budget
+    from pytest_specbound.gate.schema.budget import Budget
 
 from pytest_specbound.plugin.session import VerdictFailure, outcome_for, session_of
 
@@ -19,7 +19,7 @@ class BudgetFile(pytest.File):
     (CLASS[HARDWARE-cN] where the class lists levels)."""
 
     def collect(self) -> Iterator[pytest.Item]:
-        from pytest_specbound.gate.budget import load_budget
+        from pytest_specbound.gate.schema.budget import load_budget
 
         try:
             display = str(self.path.relative_to(self.config.rootpath))

@@ -14,12 +14,12 @@ import pytest
 from pytest_specbound._toml import TomlTable
 
 if TYPE_CHECKING:
-    from pytest_specbound.gate.budget import Budget
-    from pytest_specbound.gate.pool import ServerPool
-    from pytest_specbound.gate.result import ClassResult
-    from pytest_specbound.gate.run import GateRun, Wanted
-    from pytest_specbound.gate.settings import Settings
-    from pytest_specbound.gate.verdict import Verdict
+    from pytest_specbound.gate.pipeline.pool import ServerPool
+    from pytest_specbound.gate.pipeline.run import GateRun, Wanted
+    from pytest_specbound.gate.schema.budget import Budget
+    from pytest_specbound.gate.schema.settings import Settings
+    from pytest_specbound.gate.verdicts.result import ClassResult
+    from pytest_specbound.gate.verdicts.verdict import Verdict
     from pytest_specbound.physics.hardware import Hardware
     from pytest_specbound.report.outputs import Outputs
     from pytest_specbound.report.progress import Progress
@@ -96,7 +96,7 @@ class SpecboundSession:
     @property
     def pool(self) -> ServerPool:
         if self._pool is None:
-            from pytest_specbound.gate.pool import ServerPool, worker_id
+            from pytest_specbound.gate.pipeline.pool import ServerPool, worker_id
 
             workerinput = getattr(self.config, "workerinput", None)  # xdist's public channel
             shared = Path(workerinput[SHARED_DIR]) if workerinput and SHARED_DIR in workerinput \
@@ -114,7 +114,7 @@ class SpecboundSession:
 
     def levels(self, budget: Budget, cls_name: str) -> tuple[int, ...]:
         """The concurrency levels a class runs at: ``--specbound-concurrency``, else its own."""
-        from pytest_specbound.gate.run import levels_of
+        from pytest_specbound.gate.pipeline.run import levels_of
 
         return levels_of(self.settings, budget, cls_name)
 
@@ -122,7 +122,7 @@ class SpecboundSession:
     def gate(self) -> GateRun:
         """The run: every collected class planned, and its twins measured, before the first."""
         if self._gate is None:
-            from pytest_specbound.gate.run import GateRun
+            from pytest_specbound.gate.pipeline.run import GateRun
 
             hw = self.hardware
             assert hw is not None
@@ -134,9 +134,9 @@ class SpecboundSession:
         from dataclasses import replace
 
         from pytest_specbound.errors import SpecboundError
-        from pytest_specbound.gate.result import ClassResult
-        from pytest_specbound.gate.runner import Hooks
-        from pytest_specbound.gate.verdict import Verdict
+        from pytest_specbound.gate.pipeline.runner import Hooks
+        from pytest_specbound.gate.verdicts.result import ClassResult
+        from pytest_specbound.gate.verdicts.verdict import Verdict
 
         progress = self._progress(item.nodeid)
         running = self.outputs.running
@@ -237,7 +237,7 @@ class SpecboundSession:
             return
         for name, value in report.user_properties:
             if name == PROPERTY and report.when == "call":
-                from pytest_specbound.gate.result import ClassResult
+                from pytest_specbound.gate.verdicts.result import ClassResult
 
                 self.outputs.finished(ClassResult.from_json(json.loads(str(value))))
 
@@ -303,7 +303,7 @@ def outcome_for(verdict: Verdict, settings: Settings) -> None:
 def parse_marker(node: pytest.Item, overrides: TomlTable) -> tuple[Budget, str]:
     """The test's marker (and call-time overrides) as a Budget: the budget files' own parser."""
     from pytest_specbound.errors import ConfigError
-    from pytest_specbound.gate.markers import marker_budget
+    from pytest_specbound.gate.schema.markers import marker_budget
 
     mark = node.get_closest_marker("specbound")
     kw = {**(mark.kwargs if mark else {}), **overrides}

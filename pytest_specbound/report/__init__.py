@@ -1,1 +1,1 @@
-"""Stage 5, report: terminal table and progress, results JSON, benchmark JSON, markdown, plot."""
+"""Stage 6, report: terminal table and progress, results JSON, benchmark JSON, markdown, plot."""

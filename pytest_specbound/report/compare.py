@@ -9,8 +9,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_specbound.gate.baseline import Key, key_of
-from pytest_specbound.gate.result import ClassResult
+from pytest_specbound.gate.references.baseline import Key, key_of
+from pytest_specbound.gate.verdicts.result import ClassResult
 from pytest_specbound.measure.sequential import Side
 from pytest_specbound.measure.speedup import Sample, speedup, speedup_decision
 from pytest_specbound.measure.stats import Interval

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_specbound.errors import SpecboundError
-from pytest_specbound.gate.baseline import Key, key_of
-from pytest_specbound.gate.result import ClassResult
+from pytest_specbound.gate.references.baseline import Key, key_of
+from pytest_specbound.gate.verdicts.result import ClassResult
 from pytest_specbound.report.compare import decide_change
 
 

@@ -7,8 +7,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from pytest_specbound.gate.result import ClassResult, basename
-from pytest_specbound.gate.settings import Settings
+from pytest_specbound.gate.schema.settings import Settings
+from pytest_specbound.gate.verdicts.result import ClassResult, basename
 from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.physics.render import components_line
 from pytest_specbound.report.results import RunInfo
@@ -34,7 +34,7 @@ class Outputs:
     def identity(self) -> dict[str, object]:
         """This run's identity (machine, commit, version, start), taken once."""
         if self._identity is None:
-            from pytest_specbound.gate.identity import run_identity
+            from pytest_specbound.gate.references.identity import run_identity
 
             hw = self._hardware()
             self._identity = run_identity(on_gpu=bool(hw and hw.name != "cpu"))

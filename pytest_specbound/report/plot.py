@@ -15,7 +15,7 @@ from typing import Any
 
 from pytest_specbound.atomic import replacing
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.result import ClassResult
+from pytest_specbound.gate.verdicts.result import ClassResult
 
 
 def write_plot(path: Path, results: Sequence[ClassResult]) -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pytest_specbound.atomic import write_json
 from pytest_specbound.errors import SpecboundError
-from pytest_specbound.gate.result import ClassResult, basename
+from pytest_specbound.gate.verdicts.result import ClassResult, basename
 from pytest_specbound.version import __version__
 
 RunInfo = Mapping[str, object]  # hardware, budgets and their hashes, servers, models, confidence

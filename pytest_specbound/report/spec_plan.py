@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_specbound.gate.spec_plan import LevelPlan
-from pytest_specbound.gate.spec_sweep import SpecPlan
+from pytest_specbound.advisers.spec_plan import LevelPlan
+from pytest_specbound.advisers.spec_sweep import SpecPlan
 
 
 def render_plan(plan: SpecPlan) -> str:

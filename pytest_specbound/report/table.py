@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 
-from pytest_specbound.gate.result import ClassResult, basename
-from pytest_specbound.gate.thresholds import report_lines
+from pytest_specbound.gate.verdicts.result import ClassResult, basename
+from pytest_specbound.gate.verdicts.thresholds import report_lines
 from pytest_specbound.measure.measurement import Measurement
 
 HEADERS = ("class", "hardware", "conc", "accept [band]", "tok/s", "floor", "roofline",
@@ -121,7 +121,7 @@ def speedup_lines(results: Sequence[ClassResult]) -> list[str]:
 
 
 def slo_lines(results: Sequence[ClassResult]) -> list[str]:
-    """Per class and level with an SLO: each limit's own line (gate/thresholds.py)."""
+    """Per class and level with an SLO: each limit's own line (gate/verdicts/thresholds.py)."""
     out = []
     for r in results:
         parts = report_lines(r.limits, r)

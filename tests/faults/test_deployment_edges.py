@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pytest_specbound.errors import ConfigError, RequestError, ServerError
-from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.settings import resolve
+from pytest_specbound.gate.schema.budget import load_budget
+from pytest_specbound.gate.schema.settings import resolve
 from pytest_specbound.measure.sampler import FixedCount, Sampler, Stopping, Workload, measure, untimed_reason
 from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.backends.base import Prompt

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pytest_specbound.gate.against_sweep import Points
+    from pytest_specbound.advisers.against_sweep import Points
 
 UNUSED_URL = 'url = "http://unused.invalid:1"'  # the tests pass --specbound-url or launch
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pytest_specbound.gate.budget import load_budget
+from pytest_specbound.gate.schema.budget import load_budget
 from tests.integration.test_plugin_llama import budget
 
 pytestmark = pytest.mark.integration

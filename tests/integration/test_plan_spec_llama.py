@@ -10,11 +10,11 @@ import math
 
 import pytest
 
-from pytest_specbound.gate.against_sweep import AgainstSweep, against_sweep, referee, sweep
-from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.pool import ServerPool
-from pytest_specbound.gate.settings import resolve
-from pytest_specbound.gate.spec_sweep import PlanAsk, plan_spec
+from pytest_specbound.advisers.against_sweep import AgainstSweep, against_sweep, referee, sweep
+from pytest_specbound.advisers.spec_sweep import PlanAsk, plan_spec
+from pytest_specbound.gate.pipeline.pool import ServerPool
+from pytest_specbound.gate.schema.budget import load_budget
+from pytest_specbound.gate.schema.settings import resolve
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.report.spec_plan import render_plan
 from tests.integration.budgets import llama_budget, sweep_text, synth_launch

@@ -16,11 +16,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pytest_specbound.gate.against_sweep import Points, sweep_point
-from pytest_specbound.gate.budget import Budget, load_budget
-from pytest_specbound.gate.pool import ServerPool
-from pytest_specbound.gate.settings import Settings, resolve
-from pytest_specbound.gate.spec_sweep import (
+from pytest_specbound.advisers.against_sweep import Points, sweep_point
+from pytest_specbound.advisers.spec_sweep import (
     Measurer,
     PlanAsk,
     SpecPlan,
@@ -28,6 +25,9 @@ from pytest_specbound.gate.spec_sweep import (
     measured_from,
     predict_plan,
 )
+from pytest_specbound.gate.pipeline.pool import ServerPool
+from pytest_specbound.gate.schema.budget import Budget, load_budget
+from pytest_specbound.gate.schema.settings import Settings, resolve
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.report.spec_plan import render_plan
 from tests.integration.budgets import sweep_text, vllm_ngram_budget

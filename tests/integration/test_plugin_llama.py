@@ -119,7 +119,7 @@ def test_cpu_demo_budget_main_command(pytester, demo_dir, name, level):
     hardware = r["roofline"]["hardware"]
     assert "llama-bench" in hardware["source"] and hardware["kernel_tflops"] > 0, hardware
     # the shipped floor, and a ceiling: a server measured above it is named, and the CPU probes
-    # that read slow are dropped (gate/crosscheck.py)
+    # that read slow are dropped (gate/pipeline/crosscheck.py)
     assert r["efficiency"] >= 0.5, r
     above = any("ran above this host's roofline" in t for t in r["text"])
     assert r["efficiency"] <= 1.0 or above, r["text"]
@@ -147,7 +147,7 @@ def test_cpu_demo_budget_main_command(pytester, demo_dir, name, level):
     result.assert_outcomes(passed=1, deselected=3)
     assert (pytester.path / "plot.png").stat().st_size > 20_000
     # the Pareto panel: the level measured under its roofline point, unless named as above it
-    from pytest_specbound.gate.result import ClassResult
+    from pytest_specbound.gate.verdicts.result import ClassResult
     from pytest_specbound.report.plot import pareto_points
 
     (measured,), (bound,) = pareto_points([ClassResult.from_json(r)])

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.calibrate import propose
-from pytest_specbound.gate.class_budget import ClassBudget
-from pytest_specbound.gate.judge import judge
-from pytest_specbound.gate.plan import plan_class, roofline_for
-from pytest_specbound.gate.pool import ServerPool
-from pytest_specbound.gate.rule import SequentialRule
-from pytest_specbound.gate.runner import run_class
-from pytest_specbound.gate.settings import resolve
+from pytest_specbound.advisers.calibrate import propose
+from pytest_specbound.gate.judging.judge import judge
+from pytest_specbound.gate.judging.rule import SequentialRule
+from pytest_specbound.gate.pipeline.plan import plan_class, roofline_for
+from pytest_specbound.gate.pipeline.pool import ServerPool
+from pytest_specbound.gate.pipeline.runner import run_class
+from pytest_specbound.gate.schema.budget import load_budget
+from pytest_specbound.gate.schema.class_budget import ClassBudget
+from pytest_specbound.gate.schema.settings import resolve
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import Metric, per_request
 from pytest_specbound.physics.hardware import parse_hardware
@@ -161,8 +161,8 @@ def test_a_budget_written_by_calibrate_passes_again(tmp_path, served, gguf_model
     took 8-21 requests in five of six blocks and 24 were too few in the sixth (the efficiency's
     spread from request to request, about 10% here, is what it pays for). Four passes of six at
     least: at 48 requests the rule's power is well over 90% on a quiet box."""
-    from pytest_specbound.gate.result import ClassResult, RooflineFigures
-    from pytest_specbound.gate.verdict import Verdict
+    from pytest_specbound.gate.verdicts.result import ClassResult, RooflineFigures
+    from pytest_specbound.gate.verdicts.verdict import Verdict
     from pytest_specbound.measure.stats import bounds
 
     roof = roofline_of(tmp_path, gguf_models)

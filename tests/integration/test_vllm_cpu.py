@@ -223,8 +223,8 @@ def test_settings_cross_check_names_both(server, tiny_llama, tmp_path):
     launch command say so)."""
     import shlex
 
-    from pytest_specbound.gate.budget import load_budget
-    from pytest_specbound.gate.crosscheck import mismatches
+    from pytest_specbound.gate.pipeline.crosscheck import mismatches
+    from pytest_specbound.gate.schema.budget import load_budget
     from pytest_specbound.physics.hardware import parse_hardware
 
     srv, _ = server
@@ -311,7 +311,7 @@ def test_the_peers_workloads_run_on_vllm(server, tiny_llama, tmp_path):
     """Random prompts built with vLLM's own /tokenize carry the asked input lengths by vLLM's
     own count (usage.prompt_tokens), and a ShareGPT conversation's first turn goes through the
     chat route (the tiny llama has a chat template) as one request."""
-    from pytest_specbound.gate.random_workload import random_prompts
+    from pytest_specbound.gate.pipeline.random_workload import random_prompts
     from pytest_specbound.measure.prompts import load_set
     from pytest_specbound.measure.random_prompts import RandomPrompts
 

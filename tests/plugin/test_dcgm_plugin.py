@@ -44,7 +44,7 @@ def test_the_exporters_page_reads_as_nvmls_fields(event_reasons):
 
 def test_a_bad_dcgm_setting_is_one_line(tmp_path):
     from pytest_specbound.errors import ConfigError
-    from pytest_specbound.gate.budget import load_budget
+    from pytest_specbound.gate.schema.budget import load_budget
 
     path = tmp_path / "b.toml"
     path.write_text('[model]\nname = "llama-3.1-8b"\n[server]\nurl = "http://h:1"\n'

@@ -41,7 +41,7 @@ kv_link_gbs = 50
 
 def test_a_missing_decode_url_is_one_line(tmp_path):
     from pytest_specbound.errors import ConfigError
-    from pytest_specbound.gate.budget import load_budget
+    from pytest_specbound.gate.schema.budget import load_budget
 
     path = tmp_path / "b.toml"
     path.write_text('[model]\nname = "llama-3.1-8b"\n[server]\nurl = "http://h:1"\n'
@@ -52,7 +52,7 @@ def test_a_missing_decode_url_is_one_line(tmp_path):
 
 
 def test_the_kv_transfer_is_the_prompts_kv_over_the_link():
-    from pytest_specbound.gate.disaggregated import Disaggregated
+    from pytest_specbound.gate.schema.disaggregated import Disaggregated
     from pytest_specbound.physics.hardware import parse_hardware
     from pytest_specbound.physics.models import load_model
     from pytest_specbound.physics.roofline import compute_roofline

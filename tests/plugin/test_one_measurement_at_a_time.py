@@ -52,7 +52,7 @@ def test_xdist_workers_take_turns_on_one_server(pytester_env, tmp_path, monkeypa
 def test_a_waiting_process_says_whom_it_waits_for(tmp_path):
     import threading
 
-    from pytest_specbound.gate.measure_lock import exclusive_measurement
+    from pytest_specbound.gate.pipeline.measure_lock import exclusive_measurement
 
     said: list[str] = []
     entered = threading.Event()

@@ -61,11 +61,11 @@ def test_side_by_side_blocks_alternate_and_read_each_ks_own_rate(pytester_env, h
     """The referee against a sweep: K=3 and the twin in blocks A B B A, each block's rate the
     fake's own: 4 tokens a 7 ms step against 1 token a 5.6 ms step. On a GPU each block on its
     own launch (a fresh twin warmed by one unmeasured request); on the CPU both stay up."""
-    from pytest_specbound.gate.against_sweep import head_to_head
-    from pytest_specbound.gate.budget import load_budget
-    from pytest_specbound.gate.pool import ServerPool
-    from pytest_specbound.gate.settings import resolve
-    from pytest_specbound.gate.spec_sweep import Measurer
+    from pytest_specbound.advisers.against_sweep import head_to_head
+    from pytest_specbound.advisers.spec_sweep import Measurer
+    from pytest_specbound.gate.pipeline.pool import ServerPool
+    from pytest_specbound.gate.schema.budget import load_budget
+    from pytest_specbound.gate.schema.settings import resolve
     from pytest_specbound.physics.hardware import parse_hardware
 
     budget = load_budget(write_budget(pytester_env))

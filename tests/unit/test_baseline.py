@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.against_earlier import AgainstEarlier, differences
-from pytest_specbound.gate.baseline import References, refused
-from pytest_specbound.gate.class_budget import ClassBudget
-from pytest_specbound.gate.judge import Judging, judge
-from pytest_specbound.gate.result import ClassResult
-from pytest_specbound.gate.verdict import Verdict
+from pytest_specbound.gate.judging.judge import Judging, judge
+from pytest_specbound.gate.references.against_earlier import AgainstEarlier, differences
+from pytest_specbound.gate.references.baseline import References, refused
+from pytest_specbound.gate.schema.class_budget import ClassBudget
+from pytest_specbound.gate.verdicts.result import ClassResult
+from pytest_specbound.gate.verdicts.verdict import Verdict
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import Side
 from pytest_specbound.measure.speedup import Sample, speedup_decision

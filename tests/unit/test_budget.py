@@ -1,7 +1,7 @@
 import pytest
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import load_budget
+from pytest_specbound.gate.schema.budget import load_budget
 
 BASE = """
 [model]
@@ -99,7 +99,7 @@ def test_jsonl_prompts_relative_to_budget(tmp_path):
      "b.toml:3: model.config=missing/config.json: cannot read"),
 ])
 def test_run_time_errors_name_the_budget_line(tmp_path, old, new, needle):
-    from pytest_specbound.gate.plan import roofline_for
+    from pytest_specbound.gate.pipeline.plan import roofline_for
     from pytest_specbound.physics.hardware import parse_hardware
 
     b = load_budget(write(tmp_path, BASE.replace(old, new)))
@@ -109,8 +109,8 @@ def test_run_time_errors_name_the_budget_line(tmp_path, old, new, needle):
 
 
 def test_a_marker_value_is_named_by_its_keyword(tmp_path):
-    from pytest_specbound.gate.markers import marker_budget
-    from pytest_specbound.gate.plan import roofline_for
+    from pytest_specbound.gate.pipeline.plan import roofline_for
+    from pytest_specbound.gate.schema.markers import marker_budget
     from pytest_specbound.physics.hardware import parse_hardware
 
     b, _ = marker_budget({"prompt_class": "chat", "model": "llama-3.1-8b", "speculative": "mtp:3",

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate import budget as schema
-from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.twin_table import TWIN_KEYS
+from pytest_specbound.gate.schema import budget as schema
+from pytest_specbound.gate.schema.budget import load_budget
+from pytest_specbound.gate.schema.twin_table import TWIN_KEYS
 
 BASE = {
     "model": 'name = "llama-3.1-8b"',

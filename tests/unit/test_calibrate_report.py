@@ -1,8 +1,8 @@
 import json
 
+from pytest_specbound.advisers.calibrate import apply, propose
 from pytest_specbound.cli import main
-from pytest_specbound.gate.calibrate import apply, propose
-from pytest_specbound.gate.result import ClassResult
+from pytest_specbound.gate.verdicts.result import ClassResult
 
 TEXT = """[classes.coding]  # the hard class
 prompts = "coding"

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specbound.advisers.calibrate import apply
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.calibrate import apply
-from pytest_specbound.gate.class_budget import ClassBudget
-from pytest_specbound.gate.judge import Judging, judge
-from pytest_specbound.gate.result import ClassResult
-from pytest_specbound.gate.settings import resolve
-from pytest_specbound.gate.verdict import batching_hint
+from pytest_specbound.gate.judging.judge import Judging, judge
+from pytest_specbound.gate.schema.budget import load_budget
+from pytest_specbound.gate.schema.class_budget import ClassBudget
+from pytest_specbound.gate.schema.settings import resolve
+from pytest_specbound.gate.verdicts.result import ClassResult
+from pytest_specbound.gate.verdicts.verdict import batching_hint
 from pytest_specbound.measure.load import CounterWindow, measure_closed_loop, stream_samplers
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.overlap import overlaps

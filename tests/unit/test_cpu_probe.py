@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.plan import roofline_for, threads_from_launch
+from pytest_specbound.gate.pipeline.plan import roofline_for, threads_from_launch
+from pytest_specbound.gate.schema.budget import load_budget
 from pytest_specbound.physics import cpu_probe
 from pytest_specbound.physics.hardware import Hardware
 
@@ -165,7 +165,7 @@ def test_a_beaten_cpu_ceiling_drops_the_cached_probes(tmp_path, monkeypatch):
     catalog GPU's or a given bandwidth's roofline, the note says why that is not physics."""
     from dataclasses import replace
 
-    from pytest_specbound.gate.crosscheck import above_roofline as beaten_cpu_ceiling
+    from pytest_specbound.gate.pipeline.crosscheck import above_roofline as beaten_cpu_ceiling
 
     monkeypatch.setattr(cpu_probe, "CACHE", tmp_path / "cpu.json")
     monkeypatch.setattr(cpu_probe, "RETRY_PAUSE_S", 0.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from pytest_specbound.gate.drift import Drift, impossible_cost, pooled
+from pytest_specbound.gate.references.drift import Drift, impossible_cost, pooled
 from pytest_specbound.measure.speedup import DraftCost, Sample
 
 

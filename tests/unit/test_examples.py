@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specbound.cli import build_parser
-from pytest_specbound.gate.settings import OPTIONS
+from pytest_specbound.gate.schema.settings import OPTIONS
 
 WORKFLOWS = sorted((Path(__file__).resolve().parents[2] / "examples" / ".github" / "workflows")
                    .glob("*.yml"))

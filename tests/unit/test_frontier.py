@@ -8,8 +8,8 @@ import json
 import pytest
 
 from pytest_specbound.cli import main
-from pytest_specbound.gate.result import ClassResult, RooflineFigures
-from pytest_specbound.gate.verdict import Verdict
+from pytest_specbound.gate.verdicts.result import ClassResult, RooflineFigures
+from pytest_specbound.gate.verdicts.verdict import Verdict
 from pytest_specbound.physics.frontier import frontier
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.models import load_model

@@ -95,7 +95,7 @@ def test_without_the_extra_it_says_how_to_install(monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_budget_names_a_hub_set_and_its_category(tmp_path: Path) -> None:
-    from pytest_specbound.gate.budget import load_budget
+    from pytest_specbound.gate.schema.budget import load_budget
 
     (tmp_path / "b.toml").write_text(
         '[model]\nname = "llama-3.1-8b"\n[speculative]\nmethod = "none"\n[server]\n'

@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.plan import roofline_for
+from pytest_specbound.gate.pipeline.plan import roofline_for
+from pytest_specbound.gate.schema.budget import load_budget
 from pytest_specbound.physics import cpu_probe, kernel_probe
 from pytest_specbound.physics.hardware import Hardware
 

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.crosscheck import mismatches
+from pytest_specbound.gate.pipeline.crosscheck import mismatches
+from pytest_specbound.gate.schema.budget import load_budget
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.physics.layout import Layout, all_to_all_us, busiest_share
 from pytest_specbound.physics.models import load_model

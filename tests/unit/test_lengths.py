@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.plan import plan_class, plan_twin
-from pytest_specbound.gate.settings import Settings
+from pytest_specbound.gate.pipeline.plan import plan_class, plan_twin
+from pytest_specbound.gate.schema.budget import load_budget
+from pytest_specbound.gate.schema.settings import Settings
 from pytest_specbound.measure.lengths import LengthsProblem, OutputLengths, with_lengths
 from pytest_specbound.physics.hardware import resolve_hardware
 from pytest_specbound.serving.backends.base import Prompt

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.markers import marker_budget
+from pytest_specbound.gate.schema.markers import marker_budget
 
 NODE = "tests/test_x.py::test_gate"
 
@@ -43,8 +43,8 @@ def test_class_keywords_go_through_the_budget_checks():
 
 
 def test_every_class_key_of_the_budget_schema_is_a_marker_keyword():
-    from pytest_specbound.gate.budget import CLASS_KEYS
-    from pytest_specbound.gate.markers import MARKER_KEYS
+    from pytest_specbound.gate.schema.budget import CLASS_KEYS
+    from pytest_specbound.gate.schema.markers import MARKER_KEYS
 
     assert set(MARKER_KEYS) >= CLASS_KEYS
     budget, _ = parse(warmup=0, samples=7, max_ttft_ms=100, min_tok_s=5)
@@ -55,8 +55,8 @@ def test_every_class_key_of_the_budget_schema_is_a_marker_keyword():
 
 
 def test_a_marker_without_a_server_fails_at_once_naming_the_test():
-    from pytest_specbound.gate.plan import server_config
-    from pytest_specbound.gate.settings import resolve
+    from pytest_specbound.gate.pipeline.plan import server_config
+    from pytest_specbound.gate.schema.settings import resolve
 
     budget, _ = parse()
     settings = resolve({}, {}, lambda name: None)

@@ -86,7 +86,7 @@ def test_what_cannot_be_pinned_is_one_line(cfg, needle):
 
 
 def test_the_budget_key_is_checked(tmp_path):
-    from pytest_specbound.gate.budget import load_budget
+    from pytest_specbound.gate.schema.budget import load_budget
 
     base = ('[model]\nname = "llama-3.1-8b"\n[speculative]\nmethod = "eagle3"\nsteps = 3\n'
             '[server]\nurl = "http://h:1"\n[classes.system]\nprompts = "chat"\n')
@@ -103,8 +103,8 @@ def test_the_budget_key_is_checked(tmp_path):
 
 
 def test_the_measured_accept_is_held_against_the_pin():
-    from pytest_specbound.gate.class_budget import ClassBudget
-    from pytest_specbound.gate.judge import Judging, judge
+    from pytest_specbound.gate.judging.judge import Judging, judge
+    from pytest_specbound.gate.schema.class_budget import ClassBudget
     from pytest_specbound.measure.measurement import Measurement
     from pytest_specbound.physics.hardware import parse_hardware
     from pytest_specbound.physics.models import load_model

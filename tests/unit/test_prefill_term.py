@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_specbound.gate.class_budget import ClassBudget
-from pytest_specbound.gate.judge import Judging, judge
-from pytest_specbound.gate.rule import decisions
+from pytest_specbound.gate.judging.judge import Judging, judge
+from pytest_specbound.gate.judging.rule import decisions
+from pytest_specbound.gate.schema.class_budget import ClassBudget
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.overlap import overlaps
 from pytest_specbound.measure.prefill import level_roofline
@@ -138,8 +138,8 @@ def test_an_openai_usage_with_cached_tokens_is_read():
 
 
 def test_the_summary_prints_the_physics_once_and_each_class_measured_prefill():
-    from pytest_specbound.gate.result import ClassResult
-    from pytest_specbound.gate.settings import resolve
+    from pytest_specbound.gate.schema.settings import resolve
+    from pytest_specbound.gate.verdicts.result import ClassResult
     from pytest_specbound.report.outputs import Outputs
 
     comps = {"weights": 6.0, "kv_cache": 2.0, "compute": 13.0, "overhead": 0.5}

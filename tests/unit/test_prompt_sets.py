@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import load_budget
+from pytest_specbound.gate.schema.budget import load_budget
 from pytest_specbound.measure.prompt_sets import select
 from pytest_specbound.measure.prompts import load_prompts, load_set
 

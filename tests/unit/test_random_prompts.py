@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import load_budget
+from pytest_specbound.gate.schema.budget import load_budget
 from pytest_specbound.measure.random_prompts import RandomProblem, RandomPrompts, build
 from pytest_specbound.serving.tokenizers import ApproximateTokenizer
 

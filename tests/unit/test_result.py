@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from pytest_specbound.gate.class_budget import ClassBudget
-from pytest_specbound.gate.judge import judge
-from pytest_specbound.gate.result import ClassResult, RooflineFigures
-from pytest_specbound.gate.verdict import Verdict
+from pytest_specbound.gate.judging.judge import judge
+from pytest_specbound.gate.schema.class_budget import ClassBudget
+from pytest_specbound.gate.verdicts.result import ClassResult, RooflineFigures
+from pytest_specbound.gate.verdicts.verdict import Verdict
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.sequential import Decision
 from pytest_specbound.physics.hardware import parse_hardware
@@ -84,7 +84,7 @@ def test_malformed_results_are_one_value_error(bad):
 def test_a_results_roofline_is_the_rooflines_own_json(hw, model, spec):
     """Typed straight from the Roofline, it reads exactly as its JSON form reads back."""
     from pytest_specbound import compute_roofline, load_model, parse_hardware, parse_speculation
-    from pytest_specbound.gate.result import RooflineFigures
+    from pytest_specbound.gate.verdicts.result import RooflineFigures
 
     roof = compute_roofline(parse_hardware(hw), load_model(model), parse_speculation(spec))
     assert RooflineFigures.of(roof) == RooflineFigures.from_json(roof.to_dict())

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbound.gate.calibrate import propose
-from pytest_specbound.gate.class_budget import ClassBudget
-from pytest_specbound.gate.judge import Judging, judge
-from pytest_specbound.gate.result import ClassResult, RooflineFigures
-from pytest_specbound.gate.rule import SequentialRule, decisions, limits
-from pytest_specbound.gate.simulate import SimulatedServer, run_sequential, synthetic_record
-from pytest_specbound.gate.verdict import Verdict
+from pytest_specbound.advisers.calibrate import propose
+from pytest_specbound.gate.judging.judge import Judging, judge
+from pytest_specbound.gate.judging.rule import SequentialRule, decisions, limits
+from pytest_specbound.gate.judging.simulate import SimulatedServer, run_sequential, synthetic_record
+from pytest_specbound.gate.schema.class_budget import ClassBudget
+from pytest_specbound.gate.verdicts.result import ClassResult, RooflineFigures
+from pytest_specbound.gate.verdicts.verdict import Verdict
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import (
     MISS_RATE,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.crosscheck import mismatches
+from pytest_specbound.gate.pipeline.crosscheck import mismatches
+from pytest_specbound.gate.schema.budget import load_budget
 from pytest_specbound.physics.hardware import parse_hardware
 from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.settings import Served, argv_of
@@ -81,8 +81,8 @@ def test_dtype_and_threads(tmp_path):
 
 
 def test_eager_mode_explains_a_system_failure_on_a_gpu_only():
-    from pytest_specbound.gate.crosscheck import setting_findings
-    from pytest_specbound.gate.verdict import Verdict, explained
+    from pytest_specbound.gate.pipeline.crosscheck import setting_findings
+    from pytest_specbound.gate.verdicts.verdict import Verdict, explained
 
     served = from_launch("vllm", "vllm serve m --enforce-eager")
     found = setting_findings(parse_hardware("h100"), served)

@@ -9,10 +9,10 @@ import random
 import pytest
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.class_budget import ClassBudget
-from pytest_specbound.gate.judge import judge
-from pytest_specbound.gate.rule import decisions
+from pytest_specbound.gate.judging.judge import judge
+from pytest_specbound.gate.judging.rule import decisions
+from pytest_specbound.gate.schema.budget import load_budget
+from pytest_specbound.gate.schema.class_budget import ClassBudget
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.proportion import alternative, decide_share, percentile, wilson
 from pytest_specbound.measure.sequential import Side, Threshold

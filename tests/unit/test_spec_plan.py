@@ -1,4 +1,4 @@
-"""The speculation plan's model (gate/spec_plan.py): the draft cost in two parts and the
+"""The speculation plan's model (advisers/spec_plan.py): the draft cost in two parts and the
 acceptance per position, fitted on two step counts and the twin, predict every other K."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_specbound.gate.spec_plan import (
+from pytest_specbound.advisers.spec_plan import (
     Acceptance,
     Confirmation,
     Measured,
@@ -117,7 +117,7 @@ def test_the_table_says_how_the_twin_was_pooled_and_a_confirmation_that_ran_slow
     """The plan's text names the twin's blocks (two pooled, or a third measured where they
     disagreed) and, where the recommended K measured outside its interval and under the twin,
     says so: a plan may miss, not silently."""
-    from pytest_specbound.gate.spec_sweep import SpecPlan
+    from pytest_specbound.advisers.spec_sweep import SpecPlan
     from pytest_specbound.report.spec_plan import render_plan
 
     level = predict_level(1, exact(0, 0.02), [exact(1, 0.02), exact(3, 0.02)], RoundModel(roof),
@@ -187,7 +187,7 @@ class _nothing:
 
 
 def test_the_twins_two_blocks_are_pooled_and_their_drift_widens_the_interval():
-    from pytest_specbound.gate.spec_sweep import pooled
+    from pytest_specbound.advisers.spec_sweep import pooled
 
     before = Measured(0, 100.0, (95.0, 105.0))
     after = Measured(0, 80.0, (76.0, 84.0))
@@ -198,7 +198,7 @@ def test_the_twins_two_blocks_are_pooled_and_their_drift_widens_the_interval():
 
 def _twin_block(rate: float, requests: int = 4):
     """A twin's block: ``requests`` timed at about ``rate`` decode tok/s."""
-    from pytest_specbound.gate.result import ClassResult
+    from pytest_specbound.gate.verdicts.result import ClassResult
     from pytest_specbound.serving.records import RequestRecord
 
     spread = (0.98, 1.02, 0.99, 1.01)
@@ -209,7 +209,7 @@ def _twin_block(rate: float, requests: int = 4):
 
 
 def test_the_twins_three_blocks_pool_about_their_median():
-    from pytest_specbound.gate.spec_sweep import pooled
+    from pytest_specbound.advisers.spec_sweep import pooled
 
     blocks = [Measured(0, r, (r - 5, r + 5)) for r in (100.0, 167.0, 160.0)]
     both, drift = pooled(*blocks)
@@ -227,7 +227,7 @@ def test_a_twin_whose_two_blocks_disagree_is_measured_a_third_time(first, later,
     """The plan's twin is every speedup's denominator: two blocks further apart than
     TWIN_DISAGREE say the box moved one of them, so a third is measured and the median block's
     rate taken (once, two blocks 67% apart put K=2 at 1.14x; measured, it ran 0.85x)."""
-    from pytest_specbound.gate.spec_sweep import measured_from, settled_twin
+    from pytest_specbound.advisers.spec_sweep import measured_from, settled_twin
 
     asked: list[int] = []
 
@@ -243,7 +243,7 @@ def test_a_twin_whose_two_blocks_disagree_is_measured_a_third_time(first, later,
 
 
 def test_a_twin_measured_once_or_whose_third_block_failed_keeps_what_it_has():
-    from pytest_specbound.gate.spec_sweep import measured_from, settled_twin
+    from pytest_specbound.advisers.spec_sweep import measured_from, settled_twin
 
     first = measured_from(_twin_block(100.0), 0)
     assert settled_twin(first, None, lambda: pytest.fail("no third block")) == (first, None, 1)
@@ -262,7 +262,7 @@ def test_the_sweeps_best_and_the_plans_k_side_by_side_decide_the_five_percent():
     """A plan's K against a sweep's best: the same K agrees; a different K agrees when its A B B
     A blocks pool within 5% of the best's, whatever the sweep's single points said (a sweep's
     best on a noisy box may be its luckiest point), and not when they pool further under."""
-    from pytest_specbound.gate.against_sweep import AgainstSweep, HeadToHead
+    from pytest_specbound.advisers.against_sweep import AgainstSweep, HeadToHead
 
     lucky = AgainstSweep(1, sweep_k=3, sweep_speedup=1.60, plan_k=5, plan_speedup=1.30)
     assert not lucky.agrees and lucky.ratio < 0.95  # the sweep's points alone
@@ -286,8 +286,8 @@ def test_a_lookup_drafter_that_finds_no_match_keeps_its_idle_share_at_every_k():
     where no n-gram matches, elsewhere position i accepted 0.9 x 0.8^(i-1) per drafting round.
     Measured at K=8 (histogram and accept length), the accept length at K=1 and K=2 comes out
     as that text gives it; read as unconditional positions (the rounds mixed) it came out low."""
-    from pytest_specbound.gate.result import ClassResult
-    from pytest_specbound.gate.spec_sweep import measured_from
+    from pytest_specbound.advisers.spec_sweep import measured_from
+    from pytest_specbound.gate.verdicts.result import ClassResult
     from pytest_specbound.serving.records import RequestRecord
 
     idle = 0.3

@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.budget import load_budget
-from pytest_specbound.gate.plan import roofline_for
+from pytest_specbound.gate.pipeline.plan import roofline_for
+from pytest_specbound.gate.schema.budget import load_budget
 from pytest_specbound.physics import roofline as rl
 from pytest_specbound.physics.hardware import Hardware, parse_hardware
 from pytest_specbound.physics.models import load_model
@@ -110,7 +110,7 @@ def test_the_scheduler_constant_is_the_backends_with_its_source(tmp_path, backen
     ms, source = BACKEND_OVERHEAD_MS[backend]
     assert roof.components_ms["overhead"] == ms and roof.overhead_source == source
     assert roof.to_dict()["overhead_source"] == source
-    from pytest_specbound.gate.result import RooflineFigures
+    from pytest_specbound.gate.verdicts.result import RooflineFigures
 
     figures = RooflineFigures.of(roof).to_json()  # what the results JSON carries
     assert figures["overhead_source"] == source and figures["draft_forwards"] == 3
@@ -162,7 +162,7 @@ def test_a_budget_gives_a_head_its_dtype_and_refuses_one_without_a_head(tmp_path
     assert b.head_dtype == "fp4" and b.draft_model is None
     roof = roofline_for(b, parse_hardware("h100"), {})
     assert roof.head_dtype == "fp4"
-    from pytest_specbound.gate.result import RooflineFigures
+    from pytest_specbound.gate.verdicts.result import RooflineFigures
 
     assert RooflineFigures.of(roof).to_json()["head_dtype"] == "fp4"
     with pytest.raises(ConfigError, match=r"b.toml:6: speculative.draft_dtype: needs a "

@@ -8,12 +8,12 @@ import random
 
 import pytest
 
-from pytest_specbound.gate.against_twin import AgainstTwin
-from pytest_specbound.gate.class_budget import ClassBudget
-from pytest_specbound.gate.judge import Judging, judge
-from pytest_specbound.gate.result import ClassResult
-from pytest_specbound.gate.rule import decisions
-from pytest_specbound.gate.verdict import Verdict
+from pytest_specbound.gate.judging.judge import Judging, judge
+from pytest_specbound.gate.judging.rule import decisions
+from pytest_specbound.gate.references.against_twin import AgainstTwin
+from pytest_specbound.gate.schema.class_budget import ClassBudget
+from pytest_specbound.gate.verdicts.result import ClassResult
+from pytest_specbound.gate.verdicts.verdict import Verdict
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import Side, Threshold
 from pytest_specbound.measure.speedup import (
@@ -174,8 +174,8 @@ def test_speedup_fields_survive_the_json_round_trip():
 
 
 def test_calibrate_proposes_the_lowest_levels_draft_cost_with_its_origin():
-    from pytest_specbound.gate.calibrate import apply, draft_cost_proposal, propose, roofline_scale
-    from pytest_specbound.gate.result import RooflineFigures
+    from pytest_specbound.advisers.calibrate import apply, draft_cost_proposal, propose, roofline_scale
+    from pytest_specbound.gate.verdicts.result import RooflineFigures
 
     roof = RooflineFigures(round_ms=10.0, components_ms={}, ceiling_tok_s=400.0, max_accept=4,
                            bound="memory", speculative="draft:3", context=500, batch=1,

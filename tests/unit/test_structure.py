@@ -208,9 +208,9 @@ def test_parameters_count_args_and_kwargs_once_and_skip_self():
 
 
 def test_a_threshold_is_named_in_at_most_three_modules():
-    """A threshold is declared once (gate/thresholds.py) and iterated by the budget parser, the
+    """A threshold is declared once (gate/verdicts/thresholds.py) and iterated by the budget parser, the
     rule, the judge, the result and the table: its key does not spread through the package."""
-    from pytest_specbound.gate.thresholds import SPECS
+    from pytest_specbound.gate.verdicts.thresholds import SPECS
 
     assert "min_goodput" in {s.key for s in SPECS}
     named = [str(p.relative_to(PKG)) for p in modules().values()
@@ -221,10 +221,10 @@ def test_a_threshold_is_named_in_at_most_three_modules():
 def test_every_threshold_reaches_the_budget_keys_and_the_results_json():
     """What iterating the specs gives: each key is a class key and a level key, and each has
     its field in a result's JSON, read back the same."""
-    from pytest_specbound.gate.class_budget import CLASS_KEYS, LEVEL_KEYS
-    from pytest_specbound.gate.result import ClassResult
-    from pytest_specbound.gate.thresholds import SPECS
-    from pytest_specbound.gate.verdict import Verdict
+    from pytest_specbound.gate.schema.class_budget import CLASS_KEYS, LEVEL_KEYS
+    from pytest_specbound.gate.verdicts.result import ClassResult
+    from pytest_specbound.gate.verdicts.thresholds import SPECS
+    from pytest_specbound.gate.verdicts.verdict import Verdict
 
     limits = {s.key: (1.5, 2.5) if s.band else 0.5 for s in SPECS}
     result = ClassResult("b.toml", "chat", "cpu", Verdict("pass"), limits=limits)

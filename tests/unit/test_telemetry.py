@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_specbound.gate.verdict import Verdict, explained
+from pytest_specbound.gate.verdicts.verdict import Verdict, explained
 from pytest_specbound.measure.telemetry import Telemetry, findings, sample_gpu
 from tests.servers.fake_nvml import FakeNVML
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specbound.errors import ConfigError, RequestError, ServerError
-from pytest_specbound.gate.pool import ServerPool
+from pytest_specbound.gate.pipeline.pool import ServerPool
 from pytest_specbound.measure.sampler import Sampler
 from pytest_specbound.serving.backends import get_backend
 from pytest_specbound.serving.backends.base import Prompt

@@ -43,8 +43,8 @@ def test_a_server_that_bursts_gets_its_own_clock_used_and_named():
 
 
 def test_untimeable_requests_are_retried_then_the_class_is_an_error():
-    from pytest_specbound.gate.class_budget import ClassBudget
-    from pytest_specbound.gate.judge import judge
+    from pytest_specbound.gate.judging.judge import judge
+    from pytest_specbound.gate.schema.class_budget import ClassBudget
     from pytest_specbound.physics.hardware import parse_hardware
     from pytest_specbound.physics.models import load_model
     from pytest_specbound.physics.roofline import compute_roofline

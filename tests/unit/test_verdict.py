@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_specbound.gate.class_budget import ClassBudget
-from pytest_specbound.gate.judge import Judging, judge
+from pytest_specbound.gate.judging.judge import Judging, judge
+from pytest_specbound.gate.schema.class_budget import ClassBudget
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.sequential import Decision
 from pytest_specbound.physics.hardware import parse_hardware

@@ -1,0 +1,8 @@
+"""What a class is compared with, and the comparisons themselves: a reference is a sample
+measured or read once per run (the twin without speculation, the last accepted run), a
+comparison the tests, evaluation and JSON it adds to a class.
+
+Owns: comparison (the protocol), against_twin, against_earlier, baseline, identity, twin_store,
+drift.
+May import: physics, serving, measure, gate.verdicts, gate.schema.
+"""
