@@ -21,10 +21,10 @@ from pytest_specbound.advisers.spec_plan import (
     predict_level,
 )
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.pipeline.plan import plan_class, plan_twin, server_config
+from pytest_specbound.gate.pipeline.plan import plan_class, server_config
 from pytest_specbound.gate.pipeline.pool import ServerPool
 from pytest_specbound.gate.pipeline.runner import Hooks, judge_class, measure_class
-from pytest_specbound.gate.pipeline.twins import Twins
+from pytest_specbound.gate.pipeline.twins import Twins, plan_twin
 from pytest_specbound.gate.references.drift import DEFAULT_RECHECK
 from pytest_specbound.gate.schema.budget import Budget
 from pytest_specbound.gate.schema.settings import Settings
@@ -238,10 +238,10 @@ class Measurer:
             self.launches += 1
             self._twin_warm = False
         if not self._twin_warm:
-            warm = self.twins.recheck(self.budget, self.name, level, 1, beside=True)
+            warm = self.twins.recheck_twin(self.budget, self.name, level, 1, beside=True)
             self.requests += warm.answered if isinstance(warm, ClassResult) else 1
             self._twin_warm = beside and isinstance(warm, ClassResult)
-        again = self.twins.recheck(self.budget, self.name, level, requests, beside=True)
+        again = self.twins.recheck_twin(self.budget, self.name, level, requests, beside=True)
         if not beside:  # on a GPU the next step count's server needs the memory
             self.pool.stop_launched()
         if not isinstance(again, ClassResult):

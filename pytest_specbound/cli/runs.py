@@ -9,11 +9,11 @@ from typing import Any
 def cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from pytest_specbound.gate.references.baseline import References
+    from pytest_specbound.gate.references.baseline import EarlierRuns
     from pytest_specbound.report.compare import compare, render
     from pytest_specbound.report.results import read_results
 
-    old = References(Path(args.old), "OLD").found
+    old = EarlierRuns(Path(args.old), "OLD").found
     new = [r for r in read_results(Path(args.new)) if not r.partial]
     rows = compare({k: ref.result for k, ref in old.items()}, new, args.confidence,
                    args.resolution)

@@ -30,6 +30,12 @@ __all__ = ["specbound_check", "specbound_concurrency", "specbound_hw", "specboun
            "specbound_model", "specbound_roofline", "specbound_server"]
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_specbound.plugin import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specbound", "roofline-derived performance gates (pytest-specbound)")
     for opt in OPTIONS:

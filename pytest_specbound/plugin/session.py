@@ -15,7 +15,8 @@ from pytest_specbound._toml import TomlTable
 
 if TYPE_CHECKING:
     from pytest_specbound.gate.pipeline.pool import ServerPool
-    from pytest_specbound.gate.pipeline.run import GateRun, Wanted
+    from pytest_specbound.gate.pipeline.run import GateRun
+    from pytest_specbound.gate.references.reference import Wanted
     from pytest_specbound.gate.schema.budget import Budget
     from pytest_specbound.gate.schema.settings import Settings
     from pytest_specbound.gate.verdicts.result import ClassResult
@@ -109,7 +110,13 @@ class SpecboundSession:
         if self._outputs is None:
             from pytest_specbound.report.outputs import Outputs
 
-            self._outputs = Outputs(self.settings, lambda: self._hardware)
+            hook = self.config.hook
+            self._outputs = Outputs(
+                self.settings, lambda: self._hardware,
+                lambda identity: hook.pytest_specbound_update_identity(config=self.config,
+                                                                       identity=identity),
+                lambda doc: hook.pytest_specbound_update_json(config=self.config,
+                                                              output_json=doc))
         return self._outputs
 
     def levels(self, budget: Budget, cls_name: str) -> tuple[int, ...]:
@@ -126,7 +133,13 @@ class SpecboundSession:
 
             hw = self.hardware
             assert hw is not None
-            self._gate = GateRun(hw, self.settings, self.pool, self.outputs.identity, self._say)
+            from pytest_specbound.gate.pipeline.run import REFERENCES
+
+            references = dict(REFERENCES)
+            self.config.hook.pytest_specbound_add_references(config=self.config,
+                                                             references=references)
+            self._gate = GateRun(hw, self.settings, self.pool, self.outputs.identity, self._say,
+                                 references)
         return self._gate
 
     def run(self, budget: Budget, cls_name: str, item: pytest.Item,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pytest_specbound.gate.schema.settings import Settings
 from pytest_specbound.gate.verdicts.result import ClassResult, basename
@@ -17,9 +18,13 @@ from pytest_specbound.report.results import RunInfo
 class Outputs:
     """The finished and running class results of one run, and every file made from them."""
 
-    def __init__(self, settings: Settings, hardware: Callable[[], Hardware | None]) -> None:
+    def __init__(self, settings: Settings, hardware: Callable[[], Hardware | None],
+                 update_identity: Callable[[dict[str, Any]], None] | None = None,
+                 update_json: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.settings = settings
         self._hardware = hardware
+        self._update_identity = update_identity  # users' additions (the plugin's hooks)
+        self._update_json = update_json
         self.results: list[ClassResult] = []
         self.running: dict[str, ClassResult] = {}  # nodeid -> the result so far
         self._identity: dict[str, object] | None = None  # taken once, at the first write
@@ -37,7 +42,10 @@ class Outputs:
             from pytest_specbound.gate.references.identity import run_identity
 
             hw = self._hardware()
-            self._identity = run_identity(on_gpu=bool(hw and hw.name != "cpu"))
+            identity = run_identity(on_gpu=bool(hw and hw.name != "cpu"))
+            if self._update_identity:
+                self._update_identity(identity)
+            self._identity = identity
         return self._identity
 
     def run_info(self) -> RunInfo:
@@ -53,10 +61,14 @@ class Outputs:
         path = self.settings.json_path
         if not path:
             return
-        from pytest_specbound.report.results import write_results
+        from pytest_specbound.atomic import write_json
+        from pytest_specbound.report.results import results_document
 
         rows = self.results + list(self.running.values())
-        write_results(path, rows, partial or bool(self.running), self.run_info())
+        doc = results_document(rows, partial or bool(self.running), self.run_info())
+        if self._update_json:
+            self._update_json(doc)
+        write_json(path, doc)
 
     def write_extras(self) -> None:
         s = self.settings

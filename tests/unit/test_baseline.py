@@ -13,7 +13,7 @@ import pytest
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.judging.judge import Judging, judge
 from pytest_specbound.gate.references.against_earlier import AgainstEarlier, differences
-from pytest_specbound.gate.references.baseline import References, refused
+from pytest_specbound.gate.references.baseline import EarlierRuns, refused
 from pytest_specbound.gate.schema.class_budget import ClassBudget
 from pytest_specbound.gate.verdicts.result import ClassResult
 from pytest_specbound.gate.verdicts.verdict import Verdict
@@ -89,7 +89,7 @@ def test_a_folder_newest_run_wins_and_other_files_are_skipped(tmp_path):
     (tmp_path / "sub").mkdir()
     write(tmp_path / "sub" / "new.json", [result()], "2026-12-04T00:00:00")
     (tmp_path / "other.json").write_text('{"x": 1}')
-    refs = References(tmp_path)
+    refs = EarlierRuns(tmp_path)
     ref = refs.find(("b.toml", "chat", 1, "h100-sxm"))  # the budget matched by file name
     assert ref is not None and ref.decode.decode_tok_s == pytest.approx(100.1, abs=0.3)
     assert ref.label == "baseline run 2026-12-04 (commit abc1234)"
@@ -104,7 +104,7 @@ def test_bad_baseline_files_are_one_line_errors(tmp_path, content, needle):
     if content is not None:
         path.write_text(content)
     with pytest.raises(ConfigError) as info:
-        References(path, "SPECBOUND_BASELINE (environment)")
+        EarlierRuns(path, "SPECBOUND_BASELINE (environment)")
     assert str(info.value).startswith(f"SPECBOUND_BASELINE (environment)={path}: ")
     assert needle in str(info.value) and "\n" not in str(info.value)
 
@@ -116,7 +116,7 @@ def seed_roofline():
 
 def test_what_differs_is_named_and_strict_refuses(tmp_path):
     write(tmp_path / "b.json", [result()], "2026-12-04T00:00:00", gpu="NVIDIA L40S")
-    ref = References(tmp_path / "b.json").find(("b.toml", "chat", 1, "h100-sxm"))
+    ref = EarlierRuns(tmp_path / "b.json").find(("b.toml", "chat", 1, "h100-sxm"))
     assert ref is not None
     here = {"gpus": [{"name": "NVIDIA RTX A6000"}]}
     now = result(sha="b", version="0.5.2")

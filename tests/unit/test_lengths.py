@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.pipeline.plan import plan_class, plan_twin
+from pytest_specbound.gate.pipeline.plan import plan_class
+from pytest_specbound.gate.pipeline.twins import plan_twin
 from pytest_specbound.gate.schema.budget import load_budget
 from pytest_specbound.gate.schema.settings import Settings
 from pytest_specbound.measure.lengths import LengthsProblem, OutputLengths, with_lengths

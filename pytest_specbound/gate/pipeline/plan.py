@@ -12,12 +12,10 @@ from pathlib import Path
 
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.judging.rule import SequentialRule, resolution_of
-from pytest_specbound.gate.references.against_twin import asks_speedup
 from pytest_specbound.gate.references.comparison import Comparison
 from pytest_specbound.gate.schema.budget import Budget, ModelRef
 from pytest_specbound.gate.schema.class_budget import ClassBudget
 from pytest_specbound.gate.schema.settings import Settings
-from pytest_specbound.gate.schema.twin_table import NoSpeculation
 from pytest_specbound.measure.lengths import class_seed, with_lengths
 from pytest_specbound.measure.prompt_sets import PromptSet, select
 from pytest_specbound.measure.prompts import load_set
@@ -70,6 +68,14 @@ class ClassPlan:
     comparisons: tuple[Comparison, ...] = ()  # the twin's, the last accepted run's
     workload: PromptSet | None = None  # how the prompt set was read (skips, turns)
     prefill_roof: Roofline | None = None  # prefill and decode apart: the prefill side's round
+
+    @property
+    def hardware(self) -> str:
+        return self.hw.label
+
+    @property
+    def resolution(self) -> float:
+        return self.rule.resolution
 
     def new_rule(self) -> SequentialRule:
         p = self.rule
@@ -240,53 +246,3 @@ def server_config(budget: Budget, settings: Settings) -> ServerConfig:
         raise ConfigError(f"{budget.origin('server')}: no server to measure: give a launch command or "
                           "a url (or pass --specbound-url / set SPECBOUND_URL)")
     return cfg
-
-
-
-
-# -- the twin without speculation -----------------------------------------------------------
-
-def wants_twin(budget: Budget, cls: ClassBudget, settings: Settings) -> bool:
-    """Whether the class is also measured without speculation: the budget has a
-    ``[no_speculation]`` table, the class (or one of its levels) sets ``min_speedup``, or
-    ``--specbound-speedup`` asks for every budget."""
-    if budget.speculation.method == "none":
-        return False
-    return settings.speedup or budget.no_speculation is not None or asks_speedup(cls)
-
-
-def twin_server(budget: Budget, settings: Settings) -> ServerConfig:
-    """The server without speculation: ``[no_speculation]``'s url or launch, else the
-    speculative server's launch command with its speculation flags removed."""
-    spec = server_config(budget, settings)
-    twin = budget.no_speculation or NoSpeculation()
-    base = replace(spec, url=None, launch=None)
-    if twin.ready_timeout_s is not None:
-        base = replace(base, ready_timeout_s=twin.ready_timeout_s)
-    if twin.url:
-        return replace(base, url=twin.url, origin=twin.origin)
-    if twin.launch:
-        return replace(base, launch=twin.launch)
-    origin = "--specbound-launch" if settings.launch else budget.origin("server") + ".launch"
-    if not spec.launch:
-        raise ConfigError(f"{budget.origin('server')}: the server is attached by url, so its "
-                          "twin without speculation cannot be derived: give [no_speculation] "
-                          "url (or launch)")
-    from pytest_specbound.serving.twin import without_speculation
-
-    return replace(base, launch=without_speculation(spec.launch, spec.backend, origin))
-
-
-def plan_twin(budget: Budget, cls: ClassBudget, hw: Hardware, settings: Settings,
-              concurrency: int) -> ClassPlan:
-    """The class at the level on the server without speculation: no thresholds; it stops once
-    its decode rate is known to half the resolution (or at its sample budget)."""
-    from pytest_specbound.physics.speculative import parse_speculation
-
-    server = twin_server(budget, settings)
-    twin = replace(budget, speculation=parse_speculation("none"), draft_model=None,
-                   server=server, no_speculation=None, draft_step_ms=0.0, head_dtype=None,
-                   hardware={})
-    plan = plan_class(twin, cls.without_limits(), hw, replace(settings, url=None, launch=None),
-                      concurrency)
-    return replace(plan, rule=plan.rule.to_half_resolution())

@@ -2,7 +2,7 @@
 measured or read once per run (the twin without speculation, the last accepted run), a
 comparison the tests, evaluation and JSON it adds to a class.
 
-Owns: comparison (the protocol), against_twin, against_earlier, baseline, identity, twin_store,
-drift.
+Owns: reference, comparison (the two protocols), store (once per run across workers),
+against_twin, against_earlier, baseline, identity, drift.
 May import: physics, serving, measure, gate.verdicts, gate.schema.
 """

@@ -1,4 +1,4 @@
-"""Against the last accepted run: one class at one level of that run (:class:`Reference`), the
+"""Against the last accepted run: one class at one level of that run (:class:`EarlierRun`), the
 two-sample tests on the decode rate and the accept length, the finding (a lower accept blames
 the drafter, a slower round at the same accept the system), what differs between the two runs,
 and the comparison's JSON (``baseline``). Reading the files:
@@ -32,7 +32,7 @@ MISSING = ("note: no baseline for this class and level (a new class, or one the 
 
 
 @dataclass(frozen=True)
-class Reference:
+class EarlierRun:
     """One class at one level of the baseline run, with that run's identity."""
 
     result: ClassResult
@@ -88,7 +88,7 @@ class RunFacts:
     command: str | None
 
 
-def differences(ref: Reference, identity: Mapping[str, object], current: Run) -> list[str]:
+def differences(ref: EarlierRun, identity: Mapping[str, object], current: Run) -> list[str]:
     """What differs between the baseline's run and this one, as verdict notes."""
     out = []
     then, now = machine_text(ref.identity), machine_text(identity)
@@ -130,7 +130,7 @@ class AgainstEarlier:
     improvement must reach to be noted; the budget's hash and the class's sampling are this
     run's side of what differs."""
 
-    ref: Reference
+    ref: EarlierRun
     identity: Mapping[str, object]
     improved_by: float
     budget_sha256: str | None = None

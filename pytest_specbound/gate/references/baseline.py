@@ -8,9 +8,11 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.references.against_earlier import AgainstEarlier, NoEarlier, Reference
+from pytest_specbound.errors import ConfigError, SpecboundError
+from pytest_specbound.gate.references.against_earlier import AgainstEarlier, EarlierRun, NoEarlier
+from pytest_specbound.gate.references.comparison import Comparison
 from pytest_specbound.gate.references.identity import machine_text
+from pytest_specbound.gate.references.reference import Planned, Wanted
 from pytest_specbound.gate.schema.budget import Budget
 from pytest_specbound.gate.schema.class_budget import ClassBudget
 from pytest_specbound.gate.schema.settings import Settings
@@ -24,7 +26,7 @@ def key_of(r: ClassResult) -> Key:
     return basename(r.budget), r.class_name, r.concurrency, r.hardware
 
 
-def refused(ref: Reference, identity: Mapping[str, object], budget_sha256: str | None,
+def refused(ref: EarlierRun, identity: Mapping[str, object], budget_sha256: str | None,
             mode: str) -> str | None:
     """Why the baseline is not compared (``strict``: another machine, or another budget), else
     None; the same differences are notes in ``warn`` mode."""
@@ -38,24 +40,24 @@ def refused(ref: Reference, identity: Mapping[str, object], budget_sha256: str |
     return None
 
 
-class References:
+class EarlierRuns:
     """Every class result of the baseline files, newest run first for each class and level."""
 
     def __init__(self, path: Path, origin: str = "--specbound-baseline") -> None:
         files = sorted(path.glob("**/*.json")) if path.is_dir() else [path]
         if not path.exists():
             raise ConfigError(f"{origin}={path}: no such file or folder")
-        self.found: dict[Key, Reference] = {}
+        self.found: dict[Key, EarlierRun] = {}
         runs = [run for f in files for run in _read(f, origin, strict=not path.is_dir())]
         runs.sort(key=lambda run: str(run[1].get("created") or ""))  # the newest wins
         for results, identity, where in runs:
             for r in results:
                 if not r.partial and r.requests:
-                    self.found[key_of(r)] = Reference(r, identity, where)
+                    self.found[key_of(r)] = EarlierRun(r, identity, where)
         if not self.found:
             raise ConfigError(f"{origin}={path}: holds no complete class results")
 
-    def find(self, key: Key) -> Reference | None:
+    def find(self, key: Key) -> EarlierRun | None:
         return self.found.get(key)
 
 
@@ -83,17 +85,17 @@ def _read(path: Path, origin: str, strict: bool) -> list[Run]:
 
 
 class BaselineRuns:
-    """``--specbound-baseline`` for a run: the references, matched per class and level, as
-    the comparison each class's plan carries."""
+    """``--specbound-baseline`` for a run, a reference: the files read once, matched per class
+    and level, as the comparison each class's plan carries."""
 
     def __init__(self, settings: Settings, identity: Mapping[str, object]) -> None:
         assert settings.baseline is not None
-        self.references = References(settings.baseline, settings.baseline_origin)
+        self.references = EarlierRuns(settings.baseline, settings.baseline_origin)
         self.identity = identity
         self.mode = settings.baseline_match
 
-    def comparison(self, budget: Budget, cls: ClassBudget, level: int, hardware: str,
-                   resolution: float) -> AgainstEarlier | NoEarlier:
+    def compared(self, budget: Budget, cls: ClassBudget, level: int, hardware: str,
+                 resolution: float) -> AgainstEarlier | NoEarlier:
         """The class at ``level`` against its reference (``resolution``: the change an
         improvement must reach to be noted), or a note saying why it is not compared."""
         ref = self.references.find((budget.path.name, cls.name, level, hardware))
@@ -103,3 +105,20 @@ class BaselineRuns:
         if why:
             return NoEarlier(f"note: {why}")
         return AgainstEarlier(ref, self.identity, resolution, budget.sha256, cls.sampling.given())
+
+    # -- as a reference (pytest_specbound.gate.references.reference.Reference) ---------------
+    def wants(self, budget: Budget, name: str) -> bool:
+        return True  # every class: one missing from the baseline is a note
+
+    def prepare(self, wanted: Sequence[Wanted]) -> None:
+        """Nothing to measure: the files were read when the run began."""
+
+    def comparison(self, plan: Planned) -> Comparison:
+        return self.compared(plan.budget, plan.cls, plan.concurrency, plan.hardware,
+                             plan.resolution)
+
+    def recheck_requests(self, plan: Planned) -> int:
+        return 0  # an earlier run is not measured again
+
+    def recheck(self, plan: Planned, requests: int, level: float) -> Comparison | SpecboundError:
+        return self.comparison(plan)

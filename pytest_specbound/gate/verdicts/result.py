@@ -180,6 +180,9 @@ class ClassResult:
     pin_accept: float | None = None  # the accept length the engine was pinned at
     workload: Mapping[str, Any] | None = None  # how the prompt set was read (PromptSet)
     disaggregated: Mapping[str, Any] | None = None  # prefill and decode apart: each side
+    # comparisons beyond the twin's and the baseline's, by reference name (a reference added
+    # to the run's table writes its part here; the JSON's "compared", left out when empty)
+    compared: Mapping[str, JSONObject] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> object:
         """The results-JSON view: ``result["decode_tok_s"]`` reads what the results file says
@@ -286,6 +289,8 @@ class ClassResult:
             "baseline": self.baseline, "pin_accept": self.pin_accept,
             "workload": dict(self.workload) if self.workload else None,
             "disaggregated": dict(self.disaggregated) if self.disaggregated else None,
+            **({"compared": {k: dict(v) for k, v in self.compared.items()}}
+               if self.compared else {}),
         }
 
     @classmethod
@@ -353,6 +358,8 @@ class ClassResult:
             baseline=_object(d, "baseline") or None, pin_accept=_float(d, "pin_accept"),
             workload=_object(d, "workload") or None,
             disaggregated=_object(d, "disaggregated") or None,
+            compared={str(k): dict(v) for k, v in _object(d, "compared").items()
+                      if isinstance(v, Mapping)},
         )
 
 

@@ -1,7 +1,7 @@
-"""Twins (classes measured without speculation) measured once per run, across pytest-xdist
-workers too: the first worker that needs them measures them under one lock in the run's shared
-folder and leaves each result there; the others read them (without xdist the store holds
-nothing and each twin is measured here)."""
+"""References measured once per run, across pytest-xdist workers too: the first worker that
+needs one measures it under the reference's lock in the run's shared folder and leaves its
+result there; the others read it (without xdist the store holds nothing and each reference is
+measured here)."""
 
 from __future__ import annotations
 
@@ -15,34 +15,35 @@ from pytest_specbound.atomic import write_json
 from pytest_specbound.errors import ServerError, SpecboundError
 from pytest_specbound.gate.verdicts.result import ClassResult
 
-TwinKey = tuple[str, str, int]  # budget path, class, level
+Key = tuple[str, str, int]  # budget path, class, level
 
 
-class TwinStore:
-    """The run's measured bases (or why there is none), by budget, class and level."""
+class ReferenceStore:
+    """One reference's measured results (or why there is none), by budget, class and level."""
 
-    def __init__(self, folder: Path | None) -> None:
+    def __init__(self, folder: Path | None, name: str = "twin") -> None:
         self.folder = folder
+        self.name = name
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        """One worker at a time measures or reads the bases."""
+        """One worker at a time measures or reads this reference."""
         if self.folder is None:
             yield
             return
         from filelock import FileLock
 
-        with FileLock(str(self.folder / "specbound-twins.lock")):
+        with FileLock(str(self.folder / f"specbound-{self.name}s.lock")):
             yield
 
-    def _path(self, key: TwinKey) -> Path | None:
+    def _path(self, key: Key) -> Path | None:
         if self.folder is None:
             return None
         digest = hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:16]
-        return self.folder / f"specbound-twin-{digest}.json"
+        return self.folder / f"specbound-{self.name}-{digest}.json"
 
-    def load(self, key: TwinKey) -> ClassResult | SpecboundError | None:
-        """A twin's result another worker measured (or its error); None where none is stored."""
+    def load(self, key: Key) -> ClassResult | SpecboundError | None:
+        """A result another worker measured (or its error); None where none is stored."""
         path = self._path(key)
         if path is None or not path.is_file():
             return None
@@ -51,7 +52,7 @@ class TwinStore:
             return ServerError(stored["error"])
         return ClassResult.from_json(stored["result"])
 
-    def save(self, key: TwinKey, found: ClassResult | SpecboundError) -> None:
+    def save(self, key: Key, found: ClassResult | SpecboundError) -> None:
         path = self._path(key)
         if path is None:
             return
