@@ -11,6 +11,7 @@ from pytest_specbound.gate.schema.budget import Budget
 from pytest_specbound.gate.schema.class_budget import ClassBudget
 from pytest_specbound.gate.schema.settings import Settings
 from pytest_specbound.gate.verdicts.result import ClassResult
+from pytest_specbound.gate.verdicts.thresholds import EFFICIENCY
 from pytest_specbound.physics.hardware import Hardware
 from pytest_specbound.values import DEFAULT_RESOLUTION
 
@@ -52,7 +53,7 @@ def propose(result: ClassResult,
         out["accept"] = [round(low, 2), round(min(high, cap) if cap else high, 2)]
     eff = b.get("efficiency")
     if eff and math.isfinite(eff[0]):
-        out["min_efficiency"] = max(0.0, math.floor(eff[0] * (1 - r) * 100) / 100)
+        out[EFFICIENCY] = max(0.0, math.floor(eff[0] * (1 - r) * 100) / 100)
     return out
 
 

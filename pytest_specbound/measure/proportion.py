@@ -1,5 +1,5 @@
 """Shares of requests as sequential tests: ``min_goodput`` (the share meeting every SLO) and
-``max_tpot_ms`` at a percentile (the share within the limit must be at least that percentile,
+a TPOT ceiling at a percentile (the share within the limit must be at least that percentile,
 with the percentile's own log-normal bounds beside it: :func:`decide_tpot`).
 
 Each request is a Bernoulli trial (met or not). The test is Wald's SPRT for a proportion:
@@ -58,7 +58,7 @@ def decide_share(met: Sequence[bool], p0: float, alpha: float, resolution: float
 def decide_tpot(values: Sequence[float], limit: float, q: float, alpha: float,
                 resolution: float, beta: float = MISS_RATE,
                 min_n: int = MIN_DECISION) -> Decision:
-    """``max_tpot_ms = limit`` at percentile ``q``: the share test above, and the percentile's
+    """A TPOT ceiling ``limit`` at percentile ``q``: the share test above, and the percentile's
     confidence bounds with the TPOT taken as log-normal (:func:`quantile_bounds`), each given
     half of ``alpha`` and of ``beta``.
 
@@ -140,19 +140,6 @@ def wilson(k: int, n: int, level: float) -> tuple[float, float]:
 def tpot_values(m: Measurement) -> list[float]:
     """Each timed request's time per output token after the first (ms)."""
     return [r.decode_s * 1e3 / r.decode_tokens for r in m.timed if r.decode_tokens]
-
-
-def met_slos(m: Measurement, max_ttft_ms: float | None, max_tpot_ms: float | None) -> list[bool]:
-    """Per timed request: whether it met every SLO the class sets. TTFT is the client's, but
-    for a request timed on the server's clock (the client's could not time it) the server's
-    own where it reports one (:func:`request_ttft_s`)."""
-    out = []
-    for r in m.timed:
-        ok = max_ttft_ms is None or request_ttft_s(r) * 1e3 <= max_ttft_ms
-        if max_tpot_ms is not None and r.decode_tokens:
-            ok = ok and r.decode_s * 1e3 / r.decode_tokens <= max_tpot_ms
-        out.append(ok)
-    return out
 
 
 def request_ttft_s(r: RequestRecord) -> float:

@@ -42,6 +42,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
+from typing import ClassVar
 
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.prefill import floor_s
@@ -238,48 +239,58 @@ class Metric(str, enum.Enum):
     TTFT_MS = "ttft_ms"
 
 
-class Threshold(str, enum.Enum):
-    """Every threshold a class can set, one one-sided test each (the accept band is two). The
-    values are the keys of the results JSON's ``tests``."""
+class Threshold(str):
+    """One one-sided test a class can run (the accept band is two): the string is its key in
+    the results JSON's ``tests`` (a threshold equals its key, as decisions are read back by
+    it); ``metric``, the per-request figure it reads; ``floor``, whether the value must be at
+    least the threshold (else at most); ``label``, its name in the evidence. The built-in
+    ones are attributes of this class; a threshold declared elsewhere makes its own."""
 
-    ACCEPT_LOW = "accept_low"
-    ACCEPT_HIGH = "accept_high"
-    EFFICIENCY = "efficiency"
-    DECODE_TOK_S = "decode_tok_s"
-    TTFT_MS = "ttft_ms"
-    SPEEDUP = "speedup"  # over the server without speculation (measure/speedup.py)
-    TPOT_MS = "tpot_ms"  # max_tpot_ms at its percentile (measure/proportion.py)
-    GOODPUT = "goodput"  # the share of requests meeting every SLO
-    BASELINE_DECODE = "baseline_decode_tok_s"  # no slower than the last accepted run
-    BASELINE_ACCEPT = "baseline_accept_length"  # no lower accept than the last accepted run
+    metric: Metric
+    floor: bool
+    label: str
 
-    @property
-    def metric(self) -> Metric:
-        if self in (Threshold.SPEEDUP, Threshold.BASELINE_DECODE):
-            return Metric.DECODE_TOK_S
-        if self is Threshold.BASELINE_ACCEPT:
-            return Metric.ACCEPT_LENGTH
-        if self in (Threshold.TPOT_MS, Threshold.GOODPUT):
-            return Metric.TTFT_MS  # per-request shares: tested by measure/proportion.py
-        return Metric.ACCEPT_LENGTH if self in _ACCEPT else Metric(self.value)
+    ACCEPT_LOW: ClassVar[Threshold]
+    ACCEPT_HIGH: ClassVar[Threshold]
+    EFFICIENCY: ClassVar[Threshold]
+    DECODE_TOK_S: ClassVar[Threshold]
+    TTFT_MS: ClassVar[Threshold]
+    SPEEDUP: ClassVar[Threshold]
+    TPOT_MS: ClassVar[Threshold]
+    GOODPUT: ClassVar[Threshold]
+    BASELINE_DECODE: ClassVar[Threshold]
+    BASELINE_ACCEPT: ClassVar[Threshold]
 
-    @property
-    def floor(self) -> bool:
-        """True: the value must be at least the threshold; False: at most."""
-        return self not in (Threshold.ACCEPT_HIGH, Threshold.TTFT_MS, Threshold.TPOT_MS)
+    def __new__(cls, value: str, metric: Metric, floor: bool = True,
+                label: str = "") -> Threshold:
+        made = super().__new__(cls, value)
+        made.metric, made.floor, made.label = metric, floor, label or value
+        return made
 
     @property
-    def label(self) -> str:
-        return _LABELS[self]
+    def value(self) -> str:
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"Threshold({self.value!r})"
 
 
-_ACCEPT = (Threshold.ACCEPT_LOW, Threshold.ACCEPT_HIGH)
-_LABELS = {Threshold.ACCEPT_LOW: "accept", Threshold.ACCEPT_HIGH: "accept",
-           Threshold.EFFICIENCY: "efficiency", Threshold.DECODE_TOK_S: "decode tok/s",
-           Threshold.TTFT_MS: "TTFT ms", Threshold.SPEEDUP: "speedup",
-           Threshold.TPOT_MS: "TPOT ms at its percentile", Threshold.GOODPUT: "goodput",
-           Threshold.BASELINE_DECODE: "decode vs baseline",
-           Threshold.BASELINE_ACCEPT: "accept vs baseline"}
+Threshold.ACCEPT_LOW = Threshold("accept_low", Metric.ACCEPT_LENGTH, True, "accept")
+Threshold.ACCEPT_HIGH = Threshold("accept_high", Metric.ACCEPT_LENGTH, False, "accept")
+Threshold.EFFICIENCY = Threshold("efficiency", Metric.EFFICIENCY, True, "efficiency")
+Threshold.DECODE_TOK_S = Threshold("decode_tok_s", Metric.DECODE_TOK_S, True, "decode tok/s")
+Threshold.TTFT_MS = Threshold("ttft_ms", Metric.TTFT_MS, False, "TTFT ms")
+# over the server without speculation (measure/speedup.py)
+Threshold.SPEEDUP = Threshold("speedup", Metric.DECODE_TOK_S, True, "speedup")
+# shares of requests, tested by measure/proportion.py: a TPOT ceiling at its percentile, and the
+# share of requests meeting every SLO
+Threshold.TPOT_MS = Threshold("tpot_ms", Metric.TTFT_MS, False, "TPOT ms at its percentile")
+Threshold.GOODPUT = Threshold("goodput", Metric.TTFT_MS, True, "goodput")
+# no slower, and no lower accept, than the last accepted run
+Threshold.BASELINE_DECODE = Threshold("baseline_decode_tok_s", Metric.DECODE_TOK_S, True,
+                                      "decode vs baseline")
+Threshold.BASELINE_ACCEPT = Threshold("baseline_accept_length", Metric.ACCEPT_LENGTH, True,
+                                      "accept vs baseline")
 
 
 @dataclass(frozen=True)

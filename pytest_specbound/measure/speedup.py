@@ -4,11 +4,11 @@ on the server without speculation, its sequential test, and the engine's cost pe
 The speedup is the ratio of the two geometric means of per-request decode rates (per user):
 ``exp(mean(log r_spec) - mean(log r_base))``, with Welch's t interval on the difference of the
 two independent log means (Welch-Satterthwaite degrees of freedom). The base is measured first
-and fixed; ``min_speedup`` is then a floor on each speculative request's rate at ``min_speedup x``
+and fixed; a speedup floor ``s`` is then a floor on each speculative request's rate at ``s x``
 the base, tested by the same sequential test as every threshold
 (:mod:`pytest_specbound.measure.sequential`), at half the threshold's false-failure rate, against
 the base's one-sided confidence bound (also at half): it fails only when the speculative rate is
-below ``min_speedup x`` the base's *lower* bound, and passes only when above ``min_speedup x``
+below ``s x`` the base's *lower* bound, and passes only when above ``s x``
 its *upper* bound. A union bound gives the stated rates: a false failure needs the base bound or
 the test to err, each at most half of ``alpha``; likewise a false pass (a truth a resolution
 under the limit) needs the base's upper bound (at ``1 - beta / 2``) or the test (at ``beta / 2``)
@@ -108,7 +108,7 @@ def speedup(rates: Sequence[float], base: Sample, level: float) -> Interval | No
 
 def speedup_decision(rates: Sequence[float], base: Sample, limit: float, alpha: float,
                      resolution: float, min_n: int = MIN_DECISION) -> Decision:
-    """``min_speedup = limit``'s sequential test (see the module's docstring)."""
+    """The speedup floor ``limit``'s sequential test (see the module's docstring)."""
     logs = _logs(rates)
     shown = speedup(rates, base, 1 - 2 * alpha)
     est = shown.estimate if shown else None

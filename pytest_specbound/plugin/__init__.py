@@ -56,7 +56,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "specbound(prompt_class=..., accept=(lo, hi), min_efficiency=..., min_tok_s=..., "
+        "specbound(prompt_class=..., accept=(lo, hi), any class key or threshold=..., "
         "prompts=..., max_tokens=..., server=..., budget=...): a roofline-derived performance "
         "gate for the specbound_measure / specbound_check fixtures",
     )

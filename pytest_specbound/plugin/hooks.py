@@ -3,7 +3,7 @@ pytest-benchmark's ``pytest_benchmark_update_machine_info`` and ``..._update_jso
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -11,14 +11,14 @@ if TYPE_CHECKING:
     from pytest_specbound.gate.pipeline.run import ReferenceFactory
 
 @pytest.hookspec
-def pytest_specbound_update_identity(config: pytest.Config, identity: dict[str, Any]) -> None:
+def pytest_specbound_update_identity(config: pytest.Config, identity: dict[str, object]) -> None:
     """Add to (or change) this run's identity, taken once at the first results write: the
     machine, commit and version a baseline names and compares (``identity["runner"] =
     os.environ["RUNNER_NAME"]``)."""
 
 
 @pytest.hookspec
-def pytest_specbound_update_json(config: pytest.Config, output_json: dict[str, Any]) -> None:
+def pytest_specbound_update_json(config: pytest.Config, output_json: dict[str, object]) -> None:
     """Add to (or change) the results JSON before each write (partial ones too): the whole
     document, ``output_json["results"]`` one entry per class and level."""
 

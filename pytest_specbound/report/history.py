@@ -108,7 +108,7 @@ def write_trend(path: Path, found: dict[Key, list[Point]]) -> None:
         floors = [p.result.verdict.floor_tok_s for p in points]
         if any(f is not None for f in floors):
             ax.plot(xs, [f if f is not None else float("nan") for f in floors], "--",
-                    label="floor (roofline x min_efficiency)")
+                    label="floor (roofline x efficiency floor)")
         for x, p in zip(xs, points, strict=True):
             if p.step:
                 ax.axvline(x - 0.5, color="tab:red" if p.step == "regressed" else "tab:green",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from pytest_specbound.gate.schema.settings import Settings
 from pytest_specbound.gate.verdicts.result import ClassResult, basename
@@ -19,8 +18,8 @@ class Outputs:
     """The finished and running class results of one run, and every file made from them."""
 
     def __init__(self, settings: Settings, hardware: Callable[[], Hardware | None],
-                 update_identity: Callable[[dict[str, Any]], None] | None = None,
-                 update_json: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 update_identity: Callable[[dict[str, object]], None] | None = None,
+                 update_json: Callable[[dict[str, object]], None] | None = None) -> None:
         self.settings = settings
         self._hardware = hardware
         self._update_identity = update_identity  # users' additions (the plugin's hooks)

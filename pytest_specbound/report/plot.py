@@ -3,7 +3,7 @@ intervals (accept and tok/s, from the last look) and its accept band; labels nev
 Where classes ran at several concurrency levels, a second panel: per-user tok/s against
 concurrency, with the roofline and the floor at each level. Where classes were also measured
 without speculation, a third: the speedup against concurrency, with its intervals, the line at 1,
-``min_speedup`` and the level where the speedup crosses 1. One row of panels per hardware."""
+the speedup floor and the level where the speedup crosses 1. One row of panels per hardware."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 from pytest_specbound.atomic import replacing
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.verdicts.result import ClassResult
+from pytest_specbound.gate.verdicts.thresholds import EFFICIENCY, SPEEDUP
 
 
 def write_plot(path: Path, results: Sequence[ClassResult]) -> list[str]:
@@ -78,7 +79,7 @@ def _accept_panel(ax: Any, fig: Any, results: Sequence[ClassResult], title: str 
         if any(r.roofline and r.roofline.prefill_ms for r in rs):
             label += ", before others' prefill"
         ax.plot(xs, [x / round_ms * 1e3 for x in xs], label=f"roofline ({label})")
-        effs = [e for e in (r.limit("min_efficiency") for r in rs) if e]
+        effs = [e for e in (r.limit(EFFICIENCY) for r in rs) if e]
         if effs:
             e = min(effs)
             ax.plot(xs, [e * x / round_ms * 1e3 for x in xs], "--",
@@ -221,10 +222,10 @@ def _speedup_panel(ax: Any, results: Sequence[ClassResult], title: str = "") -> 
         line = ax.errorbar([c for c, _ in pts], [s for _, s in pts],
                            yerr=[[e[0][0] for e in errs], [e[1][0] for e in errs]], fmt="o-",
                            capsize=3, label=f"{name} ({Path(budget).stem})")
-        floor = next((s for s in (r.limit("min_speedup") for r in rs) if s is not None), None)
+        floor = next((s for s in (r.limit(SPEEDUP) for r in rs) if s is not None), None)
         if floor is not None:
             ax.axhline(floor, linestyle="--", color=line[0].get_color(), alpha=0.5,
-                       label=f"min_speedup {floor:g} ({name})")
+                       label=f"{SPEEDUP} {floor:g} ({name})")
         cross = crossing_level(pts)
         if cross is not None:
             ax.axvline(cross, linestyle=":", color=line[0].get_color(), alpha=0.7,

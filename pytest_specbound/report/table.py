@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 
 from pytest_specbound.gate.verdicts.result import ClassResult, basename
+from pytest_specbound.gate.verdicts.thresholds import SPEEDUP as SPEEDUP_KEY
 from pytest_specbound.gate.verdicts.thresholds import report_lines
 from pytest_specbound.measure.measurement import Measurement
 
@@ -34,7 +35,7 @@ def speedup_text(r: ClassResult) -> str:
         return "-"
     interval = f" [{r.speedup_bounds[0]:.2f}, {r.speedup_bounds[1]:.2f}]" \
         if r.speedup_bounds else ""
-    least = r.limit("min_speedup")
+    least = r.limit(SPEEDUP_KEY)
     floor = f" >= {least:g}" if least is not None else ""
     return f"{r.speedup:.2f}x{interval}{floor}"
 

@@ -156,7 +156,7 @@ def test_goodput_of_a_request_timed_on_the_servers_clock_uses_the_servers_ttft()
     """The client could not time it (one read brought every token): its TTFT is the whole
     request, and the server's own (vLLM's per-request metrics, llama-server's prompt_ms) is
     the one that counts; a request the client timed keeps the client's."""
-    from pytest_specbound.measure.proportion import met_slos
+    from pytest_specbound.gate.verdicts.thresholds import met
 
     server_timed = RequestRecord(completion_tokens=41, ttft_s=2.0, decode_s=0.4, clock="server",
                                  server_ttft_s=0.08, client_untimed="one read")
@@ -164,7 +164,7 @@ def test_goodput_of_a_request_timed_on_the_servers_clock_uses_the_servers_ttft()
                                  server_ttft_s=0.08)
     unknown = RequestRecord(completion_tokens=41, ttft_s=2.0, decode_s=0.4, clock="server")
     m = Measurement("vllm", [server_timed, client_timed, unknown])
-    assert met_slos(m, 500.0, None) == [True, False, False]
+    assert met({"max_ttft_ms": 500.0}, m) == [True, False, False]
 
 
 def test_the_servers_own_ttft_is_read_per_family():

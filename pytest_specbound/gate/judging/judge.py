@@ -13,7 +13,7 @@ from pytest_specbound.gate.judging.pinned import pin_check
 from pytest_specbound.gate.references.comparison import Comparison
 from pytest_specbound.gate.schema.class_budget import ClassBudget
 from pytest_specbound.gate.verdicts.evaluate import Context, Decisions, Evaluation, Figures, figures
-from pytest_specbound.gate.verdicts.thresholds import set_in
+from pytest_specbound.gate.verdicts.thresholds import floor_tok_s, set_in, still_efficient
 from pytest_specbound.gate.verdicts.verdict import (
     Diagnosis,
     Reason,
@@ -120,10 +120,9 @@ def compose(cls: ClassBudget, m: Measurement, f: Figures, found: list[Evaluation
     unpaid = any(e.party == "speculation" for e in failed)
     reasons: list[Reason] = [e.reason for e in failed if e.reason]
     lines = [line for e in failed for line in e.failed]
-    min_efficiency = cls.limits.get("min_efficiency")
-    if drafter and min_efficiency is not None and not system:
-        lines.append(f"efficiency {f.efficiency:.2f} >= {min_efficiency:.2f} is still "
-                     "fine: the system did not slow down")
+    held = still_efficient(cls.limits, f.efficiency) if drafter and not system else None
+    if held:
+        lines.append(held)
     undecided = [e.pending for e in found if e.side == Side.UNSURE and e.pending]
     status: Status = "fail" if failed else "inconclusive" if undecided else "pass"
     if status == "inconclusive":
@@ -142,15 +141,8 @@ def compose(cls: ClassBudget, m: Measurement, f: Figures, found: list[Evaluation
         lines.append("roofline: " + one_line(f.roof))
     diagnosis: Diagnosis = "both" if drafter and system else "drafter" if drafter else \
         "system" if system else "speculation" if unpaid else "none"
-    return Verdict(status, lines, reasons, diagnosis, f.roof_tok_s, _floor(cls, f),
-                   f.efficiency, f.round_ms)
-
-
-def _floor(cls: ClassBudget, f: Figures) -> float | None:
-    """The decode rate the class must reach: its efficiency floor and ``min_tok_s``."""
-    min_efficiency, min_tok_s = cls.limits.get("min_efficiency"), cls.limits.get("min_tok_s")
-    floor = min_efficiency * f.roof_tok_s if min_efficiency is not None else None
-    return max(floor or 0.0, min_tok_s) if min_tok_s is not None else floor
+    return Verdict(status, lines, reasons, diagnosis, f.roof_tok_s,
+                   floor_tok_s(cls.limits, f.roof_tok_s), f.efficiency, f.round_ms)
 
 
 def notes(m: Measurement) -> list[tuple[Reason, str]]:

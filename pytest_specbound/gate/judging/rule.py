@@ -10,7 +10,7 @@ from pytest_specbound.gate.judging.judge import decided
 from pytest_specbound.gate.references.comparison import Comparison
 from pytest_specbound.gate.schema.class_budget import ClassBudget
 from pytest_specbound.gate.verdicts.evaluate import Decisions
-from pytest_specbound.gate.verdicts.thresholds import BY_TEST, own_limits
+from pytest_specbound.gate.verdicts.thresholds import by_test, own_limits
 from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prefill import level_roofline
 from pytest_specbound.measure.sequential import (
@@ -50,8 +50,9 @@ def decisions(cls: ClassBudget, m: Measurement, roof: Roofline, confidence: floa
     alpha = per_threshold_alpha(confidence, len(tests))
     owner = {t.threshold: c for c in comparisons for t in c.limits(cls.limits)}
     out: dict[Threshold, Decision] = {}
+    specs = by_test()
     for t in tests:
-        spec = BY_TEST[t.threshold] if t.threshold not in owner else None
+        spec = specs[t.threshold] if t.threshold not in owner else None
         if t.threshold in owner:
             out[t.threshold] = owner[t.threshold].decide(t, m, alpha, resolution, min_n)
         elif spec is not None and spec.share is not None:

@@ -18,6 +18,7 @@ from pytest_specbound.gate.pipeline.pool import ServerPool
 from pytest_specbound.gate.schema.budget import Budget
 from pytest_specbound.gate.schema.class_budget import ClassBudget
 from pytest_specbound.gate.verdicts.result import ClassResult, RooflineFigures
+from pytest_specbound.gate.verdicts.thresholds import at_percentile
 from pytest_specbound.gate.verdicts.verdict import Verdict, batching_hint
 from pytest_specbound.measure.dcgm import start_dcgm
 from pytest_specbound.measure.load import measure_at
@@ -313,13 +314,13 @@ def run_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> Clas
 
 def slo_figures(m: Measurement, cls: ClassBudget) -> tuple[Ttft, float | None]:
     """TPOT's median, p90 and p99, and the goodput where the class sets an SLO."""
-    from pytest_specbound.measure.proportion import met_slos, percentile, tpot_values
+    from pytest_specbound.gate.verdicts.thresholds import met
+    from pytest_specbound.measure.proportion import percentile, tpot_values
 
     values = tpot_values(m)
     tpot = Ttft(*(percentile(values, q) for q in (0.5, 0.9, 0.99)))
-    ttft, tpot_limit = cls.limits.get("max_ttft_ms"), cls.limits.get("max_tpot_ms")
-    met = met_slos(m, ttft, tpot_limit) if ttft is not None or tpot_limit is not None else []
-    return tpot, round(sum(met) / len(met), 4) if met else None
+    within = met(cls.limits, m)
+    return tpot, round(sum(within) / len(within), 4) if within else None
 
 
 def base_result(plan: ClassPlan) -> ClassResult:
@@ -330,7 +331,7 @@ def base_result(plan: ClassPlan) -> ClassResult:
         verdict=Verdict("running"), budget_sha256=budget.sha256, model=roof.model.name,
         limits=dict(cls.limits), roofline=RooflineFigures.of(roof), partial=True,
         concurrency=plan.concurrency, level_ids=cls.level_ids, sampling=cls.sampling.given(),
-        tpot_percentile=cls.tpot_percentile if "max_tpot_ms" in cls.limits else None,
+        tpot_percentile=cls.tpot_percentile if at_percentile(cls.limits) else None,
         output_lengths=cls.output_lengths.to_json() if cls.output_lengths
         else {"max_tokens": cls.max_tokens}, pin_accept=cls.pin_accept,
         workload=plan.workload.to_json() if plan.workload else None)

@@ -182,7 +182,7 @@ class Twins:
 
 def wants_twin(budget: Budget, cls: ClassBudget, settings: Settings) -> bool:
     """Whether the class is also measured without speculation: the budget has a
-    ``[no_speculation]`` table, the class (or one of its levels) sets ``min_speedup``, or
+    ``[no_speculation]`` table, the class (or one of its levels) sets a speedup floor, or
     ``--specbound-speedup`` asks for every budget."""
     if budget.speculation.method == "none":
         return False

@@ -1,5 +1,5 @@
 """Against the class measured without speculation (its twin, a plan and a result of its own):
-``min_speedup``'s two-sample test and finding, the speedup and the engine's cost per draft
+The speedup floor's two-sample test and finding, the speedup and the engine's cost per draft
 forward in the results JSON (:mod:`pytest_specbound.measure.speedup` holds the statistics)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pytest_specbound.gate.references.drift import Drift, impossible_cost, poole
 from pytest_specbound.gate.schema.class_budget import ClassBudget
 from pytest_specbound.gate.verdicts.evaluate import Context, Evaluation, Limits, band_text, side_of
 from pytest_specbound.gate.verdicts.result import ClassResult
+from pytest_specbound.gate.verdicts.thresholds import SPEEDUP
 from pytest_specbound.gate.verdicts.verdict import Reason
 from pytest_specbound.measure.measurement import Measurement
 from pytest_specbound.measure.prefill import level_roofline
@@ -24,8 +25,6 @@ from pytest_specbound.measure.speedup import (
 )
 from pytest_specbound.physics.roofline import Roofline, draft_forwards
 
-KEY = "min_speedup"
-
 
 def twin_sample(twin: ClassResult) -> Sample:
     """The twin's result as the sample the speculative class is compared with: its timed
@@ -39,8 +38,8 @@ def twin_sample(twin: ClassResult) -> Sample:
 
 
 def asks_speedup(cls: ClassBudget) -> bool:
-    """Whether the class (or one of its levels) sets ``min_speedup``."""
-    return KEY in cls.limits or any(KEY in v for v in cls.levels.values())
+    """Whether the class (or one of its levels) sets a speedup floor."""
+    return SPEEDUP in cls.limits or any(SPEEDUP in v for v in cls.levels.values())
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,7 @@ class AgainstTwin:
                        drift=Drift.between(self.sample, later, level, notable))
 
     def limits(self, limits: Limits) -> list[Limit]:
-        value = limits.get(KEY)
+        value = limits.get(SPEEDUP)
         return [Limit(Threshold.SPEEDUP, value)] if value is not None else []
 
     def decide(self, t: Limit, m: Measurement, alpha: float, resolution: float,
@@ -76,9 +75,9 @@ class AgainstTwin:
         return speedup_decision(spec_rates(m), self.sample, t.value, alpha, resolution, min_n)
 
     def evaluate(self, c: Context) -> Evaluation | None:
-        """``min_speedup``: decode with speculation over without, at this level; the drift the
+        """The speedup floor: decode with speculation over without, at this level; the drift the
         twin's check saw, named whatever the verdict."""
-        limit = c.limits.get(KEY)
+        limit = c.limits.get(SPEEDUP)
         s = speedup(spec_rates(c.m), self.sample, c.level)
         notes = (self.drift.line(),) if self.drift is not None and self.drift.seen else ()
         codes: tuple[Reason, ...] = ("drift",) if notes else ()
@@ -96,7 +95,7 @@ class AgainstTwin:
         in_band = (f"; accept {f.accept:.2f} in its band {band_text(band)}"
                    if band is not None and c.accept_in_band else f"; accept {f.accept:.2f}")
         return Evaluation(Side.BAD, "speculation", "speedup_below_min",
-                          (f"speculation does not pay at c{f.concurrency}: {shown} < {KEY} "
+                          (f"speculation does not pay at c{f.concurrency}: {shown} < {SPEEDUP} "
                            f"{limit:g}x{in_band}",), evidence=evidence, notes=notes,
                           codes=codes)
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from pytest_specbound._toml import TomlTable, decode_text, loads_toml
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.schema.class_budget import CLASS_KEYS as CLASS_KEYS
 from pytest_specbound.gate.schema.class_budget import LEVEL_TABLE, ClassBudget, parse_class
+from pytest_specbound.gate.schema.class_budget import class_keys as class_keys
 from pytest_specbound.gate.schema.disaggregated import Disaggregated, parse_disaggregated
 from pytest_specbound.gate.schema.twin_table import NoSpeculation, parse_twin
 from pytest_specbound.gate.schema.where import Where

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specbound._toml import TomlTable
 from pytest_specbound.gate.schema.where import Where
-from pytest_specbound.gate.verdicts.thresholds import KEYS, SPECS, Spec
+from pytest_specbound.gate.verdicts.thresholds import SPECS, Spec, keys, needed
 from pytest_specbound.measure.hub_sets import is_hub
 from pytest_specbound.measure.lengths import LengthsProblem, OutputLengths
 from pytest_specbound.measure.prompts import BUILTIN, default_max_tokens
@@ -20,10 +20,19 @@ from pytest_specbound.values import ValueProblem, levels
 if TYPE_CHECKING:
     from pytest_specbound.measure.random_prompts import RandomPrompts
 
-CLASS_KEYS = {"prompts", "max_tokens", "samples", "warmup", "concurrency", "require_no_throttle",
-              "resolution", "tpot_percentile", "category", "pin_accept", "turns", *KEYS,
-              *SAMPLING_KEYS}
-LEVEL_KEYS = {"samples", "warmup", "resolution", "tpot_percentile", *KEYS, *SAMPLING_KEYS}
+OWN_KEYS = {"prompts", "max_tokens", "samples", "warmup", "concurrency", "require_no_throttle",
+            "resolution", "tpot_percentile", "category", "pin_accept", "turns", *SAMPLING_KEYS}
+LEVEL_OWN_KEYS = {"samples", "warmup", "resolution", "tpot_percentile", *SAMPLING_KEYS}
+
+
+def class_keys() -> set[str]:
+    """A class table's keys: its own and every declared threshold's."""
+    return OWN_KEYS | set(keys())
+
+
+def level_keys() -> set[str]:
+    """A ``[classes.NAME.cN]`` table's keys."""
+    return LEVEL_OWN_KEYS | set(keys())
 LEVEL_TABLE = re.compile(r"^c([1-9][0-9]*)$")  # [classes.NAME.c4]: thresholds at concurrency 4
 
 
@@ -83,17 +92,20 @@ class ClassBudget:
 
     def value_of(self, key: str) -> Any:
         """A budget key's value as parsed (a threshold's from ``limits``)."""
-        return self.limits.get(key) if key in KEYS else getattr(self, key)
+        return self.limits.get(key) if key in keys() else getattr(self, key)
 
     def with_values(self, values: Mapping[str, Any]) -> ClassBudget:
         """This class with ``values`` (budget keys, as parsed) over its own."""
-        rest = {k: v for k, v in values.items() if k not in KEYS}
-        limits = {**self.limits, **{k: v for k, v in values.items() if k in KEYS}}
+        thresholds = keys()
+        rest = {k: v for k, v in values.items() if k not in thresholds}
+        limits = {**self.limits, **{k: v for k, v in values.items() if k in thresholds}}
         return replace(self, limits={k: v for k, v in limits.items() if v is not None}, **rest)
 
     def without_limits(self) -> ClassBudget:
         """The class measured, not judged (a twin): no thresholds, at any level."""
-        levels = {k: {n: v for n, v in t.items() if n not in KEYS} for k, t in self.levels.items()}
+        thresholds = keys()
+        levels = {k: {n: v for n, v in t.items() if n not in thresholds}
+                  for k, t in self.levels.items()}
         return replace(self, limits={}, levels=levels, pin_accept=None)
 
     def at(self, level: int) -> ClassBudget:
@@ -109,7 +121,7 @@ def parse_class(w: Where, table_name: str, t: Any, label: str | None = None) -> 
     if not isinstance(t, dict):
         raise w.error(None, name, "must be a table")
     level_tables = {k: v for k, v in t.items() if LEVEL_TABLE.match(k) and isinstance(v, dict)}
-    w.check_keys(table, {k: v for k, v in t.items() if k not in level_tables}, CLASS_KEYS,
+    w.check_keys(table, {k: v for k, v in t.items() if k not in level_tables}, class_keys(),
                  "; and [cN] tables of thresholds at concurrency N")
     concurrency = _concurrency(w, table, t.get("concurrency", 1))
     levels: dict[int, Mapping[str, Any]] = {}
@@ -118,7 +130,7 @@ def parse_class(w: Where, table_name: str, t: Any, label: str | None = None) -> 
         if level not in concurrency:
             raise w.error(table, key, f"concurrency {level} is not one of the class's levels "
                           f"{list(concurrency)}")
-        w.check_keys(f"{table}.{key}", values, LEVEL_KEYS)
+        w.check_keys(f"{table}.{key}", values, level_keys())
         checked = parse_class(w, f"{table}.{key}", {"prompts": t.get("prompts", name), **values},
                               label=name)
         levels[level] = {k: checked.value_of(k) for k in values}
@@ -218,9 +230,9 @@ def _limits(w: Where, table: str, t: TomlTable) -> dict[str, Any]:
             continue
         out[spec.key] = _band(w, table, t, spec) if spec.band else \
             w.number(table, t, spec.key, low=spec.low, high=spec.high)
-        if spec.needs and not any(k in t for k in spec.needs) \
-                and "." not in table.removeprefix("classes."):
-            raise w.error(table, spec.key, f"{spec.why}: set {' or '.join(spec.needs)}")
+        need = needed(spec)
+        if need and not any(k in t for k in need) and "." not in table.removeprefix("classes."):
+            raise w.error(table, spec.key, f"{spec.why}: set {' or '.join(need)}")
     return out
 
 

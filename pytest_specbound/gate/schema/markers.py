@@ -12,13 +12,17 @@ from pathlib import Path
 
 from pytest_specbound._toml import TomlTable
 from pytest_specbound.errors import ConfigError
-from pytest_specbound.gate.schema.budget import CLASS_KEYS, Budget, load_budget, parse_budget
+from pytest_specbound.gate.schema.budget import Budget, class_keys, load_budget, parse_budget
 from pytest_specbound.gate.schema.where import Where
 from pytest_specbound.physics.speculative import parse_speculation
 
-CLASS_KEYWORDS = tuple(sorted(CLASS_KEYS))
-MARKER_KEYS = ("prompt_class", *CLASS_KEYWORDS, "server", "budget", "model", "dtype",
-               "speculative", "draft_model", "draft_dtype", "served_name", "no_speculation")
+OWN_MARKER_KEYS = ("prompt_class", "server", "budget", "model", "dtype", "speculative",
+                   "draft_model", "draft_dtype", "served_name", "no_speculation")
+
+
+def marker_keys() -> tuple[str, ...]:
+    """The marker's keywords: a class table's keys (every declared threshold's too) and its own."""
+    return (OWN_MARKER_KEYS[0], *sorted(class_keys()), *OWN_MARKER_KEYS[1:])
 DEFAULT_CLASS = "chat"
 
 
@@ -52,14 +56,15 @@ class MarkerWhere(Where):
 
 def marker_tables(kw: TomlTable, where: MarkerWhere) -> tuple[TomlTable, str]:
     """The budget tables the keywords stand for, and the class name."""
-    unknown = sorted(set(kw) - set(MARKER_KEYS))
+    valid = marker_keys()
+    unknown = sorted(set(kw) - set(valid))
     if unknown:
         raise ConfigError(f"{where.display}: specbound: unknown keyword '{unknown[0]}'; valid: "
-                          f"{', '.join(MARKER_KEYS)}")
+                          f"{', '.join(valid)}")
     name = str(kw.get("prompt_class") or DEFAULT_CLASS)
     cls: TomlTable = {k: (list(v) if k in ("accept", "concurrency") and isinstance(v, tuple)
                                else v)
-                           for k, v in kw.items() if k in CLASS_KEYS}
+                           for k, v in kw.items() if k in class_keys()}
     cls.setdefault("prompts", name)
     model_t: TomlTable = {}
     if kw.get("model") is not None:
@@ -125,6 +130,6 @@ def marker_budget(kw: TomlTable, nodeid: str, test_path: Path, rootpath: Path) -
                              where=where, require_server=False).classes[name]
         if name in base.classes:  # the file's class, with the keywords the marker gives
             extra = base.classes[name].with_values(
-                {k: extra.value_of(k) for k in kw if k in CLASS_KEYS})
+                {k: extra.value_of(k) for k in kw if k in class_keys()})
         return replace(base, classes={**base.classes, name: extra}), name
     return parse_budget(data, test_path, where=where, require_server=False), name

@@ -7,6 +7,7 @@ and markdown tables, the plot, ``specbound calibrate``) reads a :class:`ClassRes
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -198,7 +199,7 @@ class ClassResult:
         return (float(band[0]), float(band[1])) if band is not None else None
 
     def limit(self, key: str) -> float | None:
-        """A threshold's value (a budget key: ``min_efficiency``), None where not set."""
+        """A threshold's value (by its budget key), None where not set."""
         value = self.limits.get(key)
         return float(value) if isinstance(value, (int, float)) else None
 
@@ -308,7 +309,9 @@ class ClassResult:
         verdict = Verdict(
             status if status in STATUSES else "error",
             [str(x) for x in _list(d, "text")],
-            [cast(Reason, str(x)) for x in _list(d, "reasons") if str(x) in REASONS],
+            # the built-in codes, and a declared threshold's own (a word of letters and _)
+            [cast(Reason, str(x)) for x in _list(d, "reasons")
+             if str(x) in REASONS or re.fullmatch(r"[a-z][a-z0-9_]*", str(x))],
             diagnosis if diagnosis in DIAGNOSES else "none",
             _float(d, "roofline_tok_s"), _float(d, "floor_tok_s"), _float(d, "efficiency"),
             _float(d, "measured_round_ms"))

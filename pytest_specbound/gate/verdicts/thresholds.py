@@ -1,8 +1,10 @@
 """Every threshold a class can set, declared once: its budget key and valid range, the
-sequential tests it runs, how a failure reads (its evaluator, reason code and party), its
-results-JSON field and its line in the summary. The budget parser, the stopping rule, the
-judge, the class result and the table iterate :data:`SPECS`; adding a threshold is one
-:class:`Spec` and its evaluator here (and its test id in ``measure.sequential.Threshold``).
+sequential tests it runs (:class:`~pytest_specbound.measure.sequential.Threshold` values: the
+per-request metric each reads and its side), how a failure reads (its evaluator, reason code
+and party), whether a request meeting it counts toward goodput, its results-JSON field and its
+line in the summary. The budget parser, the stopping rule, the judge, the class result and the
+table read :data:`SPECS` when they run; adding a threshold is one :class:`Spec` and its
+evaluator, here or in a plugin's module through :func:`declare`.
 """
 
 from __future__ import annotations
@@ -18,13 +20,19 @@ from pytest_specbound.measure.measurement import Measurement, Ttft
 from pytest_specbound.measure.proportion import (
     decide_share,
     decide_tpot,
-    met_slos,
     percentile,
+    request_ttft_s,
     tpot_values,
 )
 from pytest_specbound.measure.sequential import Decision, Limit, Side, Threshold
+from pytest_specbound.serving.records import RequestRecord
 
 Evaluator = Callable[[Context], "Evaluation | None"]
+
+# the keys other modules read by name (the rest they read through the table)
+EFFICIENCY = "min_efficiency"
+MIN_TOK_S = "min_tok_s"
+SPEEDUP = "min_speedup"
 
 class Judged(Protocol):
     """A class as its tests read it (gate.budget.ClassBudget is one)."""
@@ -62,9 +70,11 @@ class Spec:
     json_key: str = ""  # its field in the results JSON (default: the key)
     share: ShareTest | None = None  # a share of requests; default: the per-request ratio test
     needs: tuple[str, ...] = ()  # a class that sets it also sets one of these
+    needs_slo: bool = False  # ... or one of the thresholds a request can meet (goodput's)
     why: str = ""  # what its range (or its need) means, in the budget's error
     report: Callable[[Any, Reported, Any], str] | None = None  # (value, result, limits)
     band: bool = False  # a [low, high] pair (the accept band)
+    met: Callable[[RequestRecord, float], bool] | None = None  # a request within it (goodput)
 
     @property
     def field(self) -> str:
@@ -169,7 +179,7 @@ def max_tpot(c: Context) -> Evaluation:
     q, limit = c.tpot_percentile, c.limits["max_tpot_ms"]
     value = percentile(tpot_values(c.m), q / 100)
     shown = f"TPOT p{q:g} {value:.2f} ms" if value is not None else f"TPOT p{q:g} -"
-    share = _share(met_slos(c.m, None, limit))
+    share = _share([tpot_within(r, limit) for r in c.m.timed])
     side, evidence = side_of(Threshold.TPOT_MS, value if value is not None else math.inf, limit,
                              c.decisions)
     return Evaluation(side, "system", "tpot_above_max" if side == Side.BAD else None,
@@ -181,7 +191,7 @@ def max_tpot(c: Context) -> Evaluation:
 def min_goodput(c: Context) -> Evaluation:
     """``min_goodput``: the share of requests meeting every SLO the class sets."""
     p0 = c.limits["min_goodput"]
-    share = _share(_met(c.limits, c.m))
+    share = _share(met(c.limits, c.m))
     side, evidence = side_of(Threshold.GOODPUT, share, p0, c.decisions)
     return Evaluation(side, "system", "goodput_below_min" if side == Side.BAD else None,
                       (f"goodput {share:.1%} < min_goodput {p0:g} (the share of requests meeting "
@@ -190,8 +200,23 @@ def min_goodput(c: Context) -> Evaluation:
                       evidence)
 
 
-def _met(limits: Any, m: Measurement) -> list[bool]:
-    return met_slos(m, limits.get("max_ttft_ms"), limits.get("max_tpot_ms"))
+def met(limits: Any, m: Measurement) -> list[bool]:
+    """Per timed request: whether it met every SLO the class sets (each threshold with a
+    ``met``); empty where the class sets none."""
+    slos = [(s.met, v) for s, v in set_in(limits) if s.met is not None]
+    if not slos:
+        return []
+    return [all(ok(r, v) for ok, v in slos) for r in m.timed]
+
+
+def ttft_within(r: RequestRecord, limit: float) -> bool:
+    """TTFT within ``limit`` ms: the client's, or the server's for a request timed on its clock
+    (:func:`~pytest_specbound.measure.proportion.request_ttft_s`)."""
+    return request_ttft_s(r) * 1e3 <= limit
+
+
+def tpot_within(r: RequestRecord, limit: float) -> bool:
+    return not r.decode_tokens or r.decode_s * 1e3 / r.decode_tokens <= limit
 
 
 # -- the share tests and the summary lines --------------------------------------------------
@@ -205,7 +230,7 @@ def _tpot_test(cls: Judged, m: Measurement, value: float, alpha: float, resoluti
 
 def _goodput_test(cls: Judged, m: Measurement, value: float, alpha: float, resolution: float,
                   min_n: int) -> Decision:
-    return decide_share(_met(cls.limits, m), value, alpha, resolution, min_n=min_n)
+    return decide_share(met(cls.limits, m), value, alpha, resolution, min_n=min_n)
 
 
 def _num(value: float | None) -> str:
@@ -227,21 +252,55 @@ def _goodput_line(value: float, r: Reported, limits: Any) -> str:
     return figures + shown
 
 
-SPECS: tuple[Spec, ...] = (
+SPECS: list[Spec] = [
     Spec("accept", (Threshold.ACCEPT_LOW, Threshold.ACCEPT_HIGH), accept_band, low=1.0,
          json_key="accept_band", band=True, why="accept length counts the bonus token"),
-    Spec("min_efficiency", (Threshold.EFFICIENCY,), efficiency_floor, high=1),
-    Spec("min_tok_s", (Threshold.DECODE_TOK_S,), min_rate),
-    Spec("max_ttft_ms", (Threshold.TTFT_MS,), max_ttft),
-    Spec("max_tpot_ms", (Threshold.TPOT_MS,), max_tpot, share=_tpot_test, report=_tpot_line),
+    Spec(EFFICIENCY, (Threshold.EFFICIENCY,), efficiency_floor, high=1),
+    Spec(MIN_TOK_S, (Threshold.DECODE_TOK_S,), min_rate),
+    Spec("max_ttft_ms", (Threshold.TTFT_MS,), max_ttft, met=ttft_within),
+    Spec("max_tpot_ms", (Threshold.TPOT_MS,), max_tpot, share=_tpot_test, report=_tpot_line,
+         met=tpot_within),
     Spec("min_goodput", (Threshold.GOODPUT,), min_goodput, high=1, share=_goodput_test,
-         needs=("max_ttft_ms", "max_tpot_ms"), report=_goodput_line,
+         needs_slo=True, report=_goodput_line,
          why="the share of requests meeting every SLO needs an SLO"),
-    Spec("min_speedup", (Threshold.SPEEDUP,), None),  # the twin comparison's (against_twin.py)
-)
-BY_KEY = {s.key: s for s in SPECS}
-KEYS = tuple(BY_KEY)
-BY_TEST = {t: s for s in SPECS for t in s.tests}
+    Spec(SPEEDUP, (Threshold.SPEEDUP,), None),  # the twin comparison's (against_twin.py)
+]  # the table, in the failure text's order; :func:`declare` adds to it
+
+
+def declare(spec: Spec) -> Spec:
+    """Add a threshold to the table (a plugin's, or a conftest's at import): its key becomes a
+    budget and marker key, its tests run, its failure is judged and printed. A key or test id
+    already declared is a ValueError."""
+    taken = [s.key for s in SPECS if s.key == spec.key or s.field == spec.field] + \
+        [t.value for s in SPECS for t in s.tests if t.value in {u.value for u in spec.tests}]
+    if taken:
+        raise ValueError(f"threshold {spec.key!r}: {taken[0]!r} is already declared")
+    SPECS.append(spec)
+    return spec
+
+
+def withdraw(key: str) -> None:
+    """Remove a declared threshold (a test's cleanup)."""
+    SPECS[:] = [s for s in SPECS if s.key != key]
+
+
+def by_key() -> dict[str, Spec]:
+    return {s.key: s for s in SPECS}
+
+
+def keys() -> tuple[str, ...]:
+    """Every threshold's budget key."""
+    return tuple(s.key for s in SPECS)
+
+
+def by_test() -> dict[Threshold, Spec]:
+    return {t: s for s in SPECS for t in s.tests}
+
+
+def needed(spec: Spec) -> tuple[str, ...]:
+    """The keys of which a class that sets ``spec`` must set one (none: no need)."""
+    slos = tuple(s.key for s in SPECS if s.met is not None) if spec.needs_slo else ()
+    return spec.needs + slos
 
 
 def set_in(limits: Any) -> list[tuple[Spec, Any]]:
@@ -252,6 +311,28 @@ def set_in(limits: Any) -> list[tuple[Spec, Any]]:
 def own_limits(limits: Any) -> list[Limit]:
     """Every one-sided test of the thresholds the class evaluates itself."""
     return [t for s, v in set_in(limits) if s.evaluate is not None for t in s.limits(v)]
+
+
+def floor_tok_s(limits: Any, roofline_tok_s: float) -> float | None:
+    """The decode rate a class must reach: its efficiency floor times the roofline, and its
+    absolute floor, whichever is higher (None: it sets neither)."""
+    share, least = limits.get(EFFICIENCY), limits.get(MIN_TOK_S)
+    floor = share * roofline_tok_s if share is not None else None
+    return max(floor or 0.0, least) if least is not None else floor
+
+
+def still_efficient(limits: Any, efficiency: float) -> str | None:
+    """Where the drafter failed and the system did not: the efficiency floor that still holds."""
+    floor = limits.get(EFFICIENCY)
+    if floor is None:
+        return None
+    return (f"efficiency {efficiency:.2f} >= {floor:.2f} is still fine: the system did not "
+            "slow down")
+
+
+def at_percentile(limits: Any) -> bool:
+    """Whether a threshold the class sets is judged at its ``tpot_percentile``."""
+    return any(s.share is _tpot_test for s, _ in set_in(limits))
 
 
 def report_lines(limits: Any, r: Reported) -> Sequence[str]:
