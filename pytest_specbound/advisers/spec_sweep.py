@@ -23,6 +23,7 @@ from pytest_specbound.advisers.spec_plan import (
 from pytest_specbound.errors import ConfigError
 from pytest_specbound.gate.pipeline.plan import plan_class, server_config
 from pytest_specbound.gate.pipeline.pool import ServerPool
+from pytest_specbound.gate.pipeline.ready import ready_server
 from pytest_specbound.gate.pipeline.runner import Hooks, judge_class, measure_class
 from pytest_specbound.gate.pipeline.twins import Twins, plan_twin
 from pytest_specbound.gate.references.drift import DEFAULT_RECHECK
@@ -218,7 +219,7 @@ class Measurer:
         self.commands[steps] = variant.server.launch or ""
         if self.say:
             self.say(f"measuring {plan.what} at K={steps}: {variant.server.launch}")
-        measured = measure_class(plan, self.pool, Hooks(say=self.say))
+        measured = measure_class(plan, ready_server(plan, self.pool), Hooks(say=self.say))
         result = judge_class(plan, measured)
         self.requests += result.answered
         if self.say and result.decode_tok_s is not None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from pytest_specbound.errors import ServerError
 from pytest_specbound.gate.pipeline.plan import plan_class
+from pytest_specbound.gate.pipeline.ready import ready_server
 from pytest_specbound.gate.pipeline.runner import Hooks, judge_class, measure_class
 from pytest_specbound.gate.references.against_twin import twin_sample
 from pytest_specbound.gate.references.store import ReferenceStore
@@ -78,7 +79,8 @@ class OtherServer:
                     cls = budget.classes[name].without_limits()
                     other = replace(budget, server=replace(budget.server, url=self.url))
                     plan = plan_class(other, cls, self.run.hw, self.run.settings, level)
-                    found = judge_class(plan, measure_class(plan, self.run.pool, Hooks()))
+                    found = judge_class(plan, measure_class(
+                        plan, ready_server(plan, self.run.pool), Hooks()))
                     self.store.save(key, found)
                 self.found[key] = found
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pytest_specbound.errors import SpecboundError
 from pytest_specbound.gate.pipeline.plan import ClassPlan, plan_class
 from pytest_specbound.gate.pipeline.pool import ServerPool
+from pytest_specbound.gate.pipeline.ready import ready_server
 from pytest_specbound.gate.pipeline.runner import Hooks, judge_class, measure_class, run_class
 from pytest_specbound.gate.pipeline.twins import Twins
 from pytest_specbound.gate.references.baseline import BaselineRuns
@@ -131,7 +132,7 @@ class GateRun:
         rechecks = [(i, ref, n) for i, ref in enumerate(users) if (n := ref.recheck_requests(plan))]
         if not rechecks:
             return run_class(plan, self.pool, hooks)
-        measured = measure_class(plan, self.pool, hooks)
+        measured = measure_class(plan, ready_server(plan, self.pool), hooks)
         level_of = measured.look.level or plan.rule.confidence
         comparisons = list(plan.comparisons)
         offset = len(comparisons) - len(users)  # the references' comparisons come last

@@ -1,4 +1,5 @@
-"""One class at one level as a pipeline: plan (:mod:`pytest_specbound.gate.pipeline.plan`) -> measure
+"""One class at one level as a pipeline: plan (:mod:`pytest_specbound.gate.pipeline.plan`) ->
+a ready, checked server (:mod:`pytest_specbound.gate.pipeline.ready`) -> measure
 (:func:`measure_class`, returning values) -> judge (:func:`judge_class`)."""
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from typing import cast
 from pytest_specbound.errors import ServerError
 from pytest_specbound.gate.judging.judge import Judging, judge
 from pytest_specbound.gate.judging.rule import Look, SequentialRule
-from pytest_specbound.gate.pipeline.crosscheck import above_roofline, mismatches, setting_findings
+from pytest_specbound.gate.pipeline.crosscheck import above_roofline, setting_findings
 from pytest_specbound.gate.pipeline.measure_lock import exclusive_measurement
 from pytest_specbound.gate.pipeline.plan import ClassPlan
 from pytest_specbound.gate.pipeline.pool import ServerPool
-from pytest_specbound.gate.schema.budget import Budget
+from pytest_specbound.gate.pipeline.ready import ReadyServer, ready_server
 from pytest_specbound.gate.schema.class_budget import ClassBudget
 from pytest_specbound.gate.verdicts.result import ClassResult, RooflineFigures
 from pytest_specbound.gate.verdicts.thresholds import at_percentile
@@ -28,7 +29,6 @@ from pytest_specbound.measure.random_prompts import Built
 from pytest_specbound.measure.sampler import Sampler, Stopping, Workload, requests_sent
 from pytest_specbound.measure.telemetry import Telemetry, findings
 from pytest_specbound.physics.hardware import Hardware
-from pytest_specbound.physics.roofline import Roofline
 from pytest_specbound.serving.backends.base import Backend
 from pytest_specbound.serving.connect import ServerConfig
 from pytest_specbound.serving.records import JSONObject, ServerInfo
@@ -53,15 +53,6 @@ def merged_telemetry(nvml: JSONObject | None, dcgm: JSONObject) -> JSONObject:
     return {"gpus": gpus, **({"note": "; ".join(notes)} if notes else {})}
 
 
-def launched_command(server: Server, cfg: ServerConfig) -> str | None:
-    """The command the server was started with (placeholders filled), where we started it."""
-    import shlex
-
-    if isinstance(server.argv, list):
-        return shlex.join(server.argv)
-    return server.argv or cfg.launch
-
-
 def measurement_identity(cfg: ServerConfig) -> str:
     """What the measurement lock is keyed on: the URL attached to, else the launch config."""
     if cfg.url:
@@ -74,25 +65,6 @@ def worker_label() -> str:
 
     return f"pid {os.getpid()}" + (f", xdist {os.environ['PYTEST_XDIST_WORKER']}"
                                    if os.environ.get("PYTEST_XDIST_WORKER") else "")
-
-
-def check_served_model(budget: Budget, info: ServerInfo, roof: Roofline) -> None:
-    """The budget's model must be what the server serves (the ids it reports)."""
-    served = [*info.models, *([info.model_path] if info.model_path else [])]
-    if not served:
-        return
-    expected = [budget.model.served_name] if budget.model.served_name else [roof.model.name]
-    norm = [_norm(e) for e in expected]
-    if any(n and n in _norm(s) for n in norm for s in served):
-        return
-    raise ServerError(
-        f"wrong model behind the server: budget {budget.path} expects '{expected[0]}', server "
-        f"serves {', '.join(served)} (set [model] served_name, or [server] check_model = false)"
-    )
-
-
-def _norm(text: str) -> str:
-    return "".join(ch for ch in text.lower().rsplit("/", 1)[-1] if ch.isalnum())
 
 
 @dataclass(frozen=True)
@@ -124,11 +96,11 @@ class Hooks:
     say: Callable[[str], None] | None = None
 
 
-def measure_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> Measured:
-    """Measure the plan's class under the measurement lock."""
+def measure_class(plan: ClassPlan, ready: ReadyServer, hooks: Hooks = Hooks()) -> Measured:
+    """Measure the plan's class on its ready, checked server, under the measurement lock."""
     on_record, partial, say = hooks.on_record, hooks.partial, hooks.say
-    server, backend = pool.get(plan.server, dict(plan.values), name=plan.budget.path.stem)
-    base = base_result(plan)
+    server, backend, info, served = ready.server, ready.backend, ready.info, ready.served
+    base = replace(base_result(plan), served=served.to_json())
     started = time.time()
     rule = plan.new_rule()
     last = Measurement(backend.name)
@@ -146,12 +118,10 @@ def measure_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> 
     try:
         with exclusive_measurement(measurement_identity(plan.server),
                                    f"{plan.what} ({worker_label()})", say):
-            at = decode_endpoint(plan, server)
-            info, served = checked_server(plan, server, backend, at)
             workload = workload_of(plan, backend, server, info)
-            base = replace(base, served=served.to_json(), workload=workload)
+            base = replace(base, workload=workload)
             m, telemetry = sample(plan, server, backend, info, rule, progress,
-                                  served.speculative, at)
+                                  served.speculative, ready.at)
     except KeyboardInterrupt:  # before sampling began (lock, info, warm-up): say so too
         if not last.interrupted:
             progress(replace(last, stop=Stop.INTERRUPTED, stopped="interrupted",
@@ -162,9 +132,7 @@ def measure_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> 
         raise ServerError(death)
     m = with_log_cause(m, server)
     # the final look: the whole measurement, its transient excluded
-    return Measured(rule.look(m), served, backend, telemetry, started,
-                    launched_command(server, plan.server) if server.owned else server.url,
-                    workload)
+    return Measured(rule.look(m), served, backend, telemetry, started, ready.command, workload)
 
 
 def with_log_cause(m: Measurement, server: Server) -> Measurement:
@@ -180,45 +148,16 @@ def with_log_cause(m: Measurement, server: Server) -> Measurement:
                                     for r in m.records))
 
 
-def decode_endpoint(plan: ClassPlan, server: Server) -> Endpoint:
-    """Where the server's counters and settings are read: the decode server where prefill and
-    decode run apart (the router in front reports neither), else the server itself."""
-    split = plan.budget.disaggregated
-    if split is None:
-        return server.endpoint
-    ep = server.endpoint
-    return Endpoint(split.decode_url, ep.key, ep.read_timeout_s, plan.server.ca_bundle,
-                    origin=split.origin)
-
-
-def checked_server(plan: ClassPlan, server: Server, backend: Backend,
-                   at: Endpoint | None = None) -> tuple[ServerInfo, Served]:
-    """What the server serves and runs (read at ``at``: :func:`decode_endpoint`), checked
-    against the budget (a mismatch is an error)."""
-    at = at or decode_endpoint(plan, server)
-    info = backend.info(at)
-    if plan.server.check_model:
-        check_served_model(plan.budget, info, plan.roof)
-    served = backend.served(at, info, launched_command(server, plan.server)
-                            if at is server.endpoint else None)
-    found = mismatches(plan.budget, plan.hw, served) if plan.server.check_settings else []
-    if found:
-        raise ServerError("the server does not run what the budget describes: "
-                          + "; ".join(found) + " (set [server] check_settings = false "
-                          "to measure anyway)")
-    return info, served
-
-
 def sample(plan: ClassPlan, server: Server, backend: Backend, info: ServerInfo,
            rule: SequentialRule, progress: Progress, drafting: bool | None = None,
            at: Endpoint | None = None) -> tuple[Measurement, JSONObject | None]:
     """The requests themselves (one stream, or a closed loop at the level), GPU telemetry
     sampled alongside. ``drafting``: the server said it speculates (a request it reports as
     drafting nothing then verified one token per step); ``at``: where its counters are read
-    (:func:`decode_endpoint`)."""
+    (the decode server's, where prefill and decode run apart)."""
     sampler = Sampler(server.endpoint, backend, plan.server.model_id, plan.roof.max_accept,
                       sampling=plan.cls.sampling, drafting=drafting,
-                      metrics_endpoint=at or decode_endpoint(plan, server))
+                      metrics_endpoint=at or server.endpoint)
     prompts = plan.prompts
     if plan.cls.random is not None:
         prompts = random_built(plan, backend, server, info).prompts
@@ -309,7 +248,7 @@ def drafter_classes(plan: ClassPlan) -> tuple[str, ...]:
 
 def run_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> ClassResult:
     """Measure and judge one planned class at its level."""
-    return judge_class(plan, measure_class(plan, pool, hooks), hooks.say)
+    return judge_class(plan, measure_class(plan, ready_server(plan, pool), hooks), hooks.say)
 
 
 def slo_figures(m: Measurement, cls: ClassBudget) -> tuple[Ttft, float | None]:

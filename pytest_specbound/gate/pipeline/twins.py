@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pytest_specbound.errors import ConfigError, ServerError, SpecboundError
 from pytest_specbound.gate.pipeline.plan import ClassPlan, plan_class, server_config
 from pytest_specbound.gate.pipeline.pool import ServerPool
+from pytest_specbound.gate.pipeline.ready import ready_server
 from pytest_specbound.gate.pipeline.runner import Hooks, judge_class, measure_class
 from pytest_specbound.gate.references.against_twin import AgainstTwin, asks_speedup, twin_sample
 from pytest_specbound.gate.references.comparison import Comparison
@@ -119,7 +120,7 @@ class Twins:
             say(f"measuring {plan.what} without speculation"
                 + (f": {plan.server.launch}" if plan.server.launch else f" at {plan.server.url}"))
         try:
-            measured = measure_class(plan, self.pool, Hooks(say=say))
+            measured = measure_class(plan, ready_server(plan, self.pool), Hooks(say=say))
         except SpecboundError as exc:
             return ServerError(f"the server without speculation: {exc}")
         m = measured.look.measurement
