@@ -10,8 +10,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
+
+from pytest_specbound.measure.telemetry import GpuSample
 
 DEFAULT_INTERVAL_S = 1.0  # dcgm-exporter refreshes every few seconds (its -c flag); 1 Hz is plenty
 # dcgm-exporter's metric names (etc/default-counters.csv and DCGM's field names) -> our fields
@@ -31,12 +32,12 @@ FIELDS = {
 MIB_GB = 1024 * 1024 / 1e9
 
 
-def parse_exposition(text: str, endpoint: str) -> dict[tuple[str, str], dict[str, Any]]:
+def parse_exposition(text: str, endpoint: str) -> dict[tuple[str, str], GpuSample]:
     """(node, gpu index) -> one reading, from a dcgm-exporter page."""
     from prometheus_client.parser import text_string_to_metric_families
 
     host = urlsplit(endpoint).hostname or endpoint
-    out: dict[tuple[str, str], dict[str, Any]] = {}
+    out: dict[tuple[str, str], GpuSample] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             key = FIELDS.get(sample.name)
@@ -44,7 +45,7 @@ def parse_exposition(text: str, endpoint: str) -> dict[tuple[str, str], dict[str
                 continue
             labels = sample.labels
             gpu = (labels.get("Hostname") or host, labels.get("gpu") or labels.get("device", "?"))
-            value: Any = float(sample.value)
+            value: float | int = float(sample.value)
             if key == "memory_used_gb":
                 value *= MIB_GB
             if key == "throttle":
@@ -59,7 +60,7 @@ class DcgmTelemetry:
 
     endpoints: Sequence[str]
     interval_s: float = DEFAULT_INTERVAL_S
-    samples: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    samples: dict[tuple[str, str], list[GpuSample]] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # endpoint -> its last error
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None

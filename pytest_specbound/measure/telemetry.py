@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import statistics
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+# one reading of one GPU, field -> value (clocks, power, temperature, link widths, a throttle
+# bitmask, MIG mode, the processes on it as (pid, GB)); a field the GPU cannot give is absent
+Reading = float | int | bool | list[tuple[int, float]]
+GpuSample = dict[str, Reading]
+
 
 DEFAULT_INTERVAL_S = 0.5  # 2 Hz: NVML queries cost tens of microseconds each
 # nvmlClocksThrottleReasons bits (nvml.h); "gpu idle" and "applications clocks" are not problems
@@ -33,9 +39,9 @@ def _call(nvml: Any, name: str, *args: Any) -> Any:
         return None
 
 
-def sample_gpu(nvml: Any, handle: Any) -> dict[str, Any]:
+def sample_gpu(nvml: Any, handle: Any) -> GpuSample:
     """One reading of one GPU; fields NVML cannot give are absent."""
-    out: dict[str, Any] = {}
+    out: dict[str, Reading | None] = {}
     clock = getattr(nvml, "NVML_CLOCK_SM", 1), getattr(nvml, "NVML_CLOCK_MEM", 2)
     for name, kind in (("sm_clock_mhz", clock[0]), ("mem_clock_mhz", clock[1])):
         out[name] = _call(nvml, "nvmlDeviceGetClockInfo", handle, kind)
@@ -82,7 +88,7 @@ class Telemetry:
     nvml: Any
     interval_s: float = DEFAULT_INTERVAL_S
     is_server: Callable[[int], bool] | None = None  # pid -> the server's (None: unknown)
-    samples: list[list[dict[str, Any]]] = field(default_factory=list)  # per GPU, in order
+    samples: list[list[GpuSample]] = field(default_factory=list)  # per GPU, in order
     note: str | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -128,7 +134,7 @@ def _values(samples: Iterable[Mapping[str, Any]], key: str) -> list[Any]:
     return [s[key] for s in samples if key in s]
 
 
-def summarise(samples: list[dict[str, Any]],
+def summarise(samples: Sequence[GpuSample],
               is_server: Callable[[int], bool] | None = None) -> dict[str, Any]:
     """Medians, extremes and what was seen at all, for one GPU's samples."""
     out: dict[str, Any] = {"samples": len(samples)}
