@@ -83,8 +83,23 @@ def test_a_threshold_declared_in_a_conftest_is_parsed_judged_and_printed(pyteste
     assert bad.ret != 0 and "max_ttft_p99_ms" in text and "Traceback" not in text, text
 
 
-def test_a_key_already_declared_is_refused():
-    from pytest_specbound.gate.verdicts.thresholds import SPECS, Spec, declare
+def test_a_key_already_declared_is_refused_and_a_module_imported_again_replaces_its_own():
+    from pytest_specbound.gate.verdicts.thresholds import SPECS, Spec, by_key, declare, withdraw
+    from pytest_specbound.measure.sequential import Metric, Threshold
 
     with pytest.raises(ValueError, match="'min_tok_s' is already declared"):
         declare(Spec("min_tok_s", SPECS[2].tests, None))
+    mine = Threshold("queue_ms", Metric.TTFT_MS, floor=False)
+
+    def evaluate(c):  # the same function, as a conftest imported twice defines it twice
+        return None
+
+    try:
+        first = declare(Spec("max_queue_ms", (mine,), evaluate))
+        second = declare(Spec("max_queue_ms", (mine,), evaluate, high=100))
+        assert by_key()["max_queue_ms"] is second is not first and len(SPECS) == 8
+        with pytest.raises(ValueError, match="'max_queue_ms' is already declared"):
+            declare(Spec("max_queue_ms", (Threshold("other", Metric.TTFT_MS),), lambda c: None))
+    finally:
+        withdraw("max_queue_ms")
+    assert "max_queue_ms" not in by_key()
