@@ -271,6 +271,9 @@ class Threshold(str):
     def value(self) -> str:
         return str.__str__(self)
 
+    def __reduce__(self) -> tuple[type[Threshold], tuple[str, Metric, bool, str]]:
+        return Threshold, (self.value, self.metric, self.floor, self.label)  # copy, pickle
+
     def __repr__(self) -> str:
         return f"Threshold({self.value!r})"
 

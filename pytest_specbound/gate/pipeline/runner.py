@@ -122,7 +122,7 @@ def measure_class(plan: ClassPlan, ready: ReadyServer, hooks: Hooks = Hooks()) -
             base = replace(base, workload=workload)
             m, telemetry = sample(plan, server, backend, info, rule, progress,
                                   served.speculative, ready.at)
-    except KeyboardInterrupt:  # before sampling began (lock, info, warm-up): say so too
+    except KeyboardInterrupt:  # before sampling began (the lock, the warm-up): say so too
         if not last.interrupted:
             progress(replace(last, stop=Stop.INTERRUPTED, stopped="interrupted",
                              interrupted=True))
@@ -253,12 +253,12 @@ def run_class(plan: ClassPlan, pool: ServerPool, hooks: Hooks = Hooks()) -> Clas
 
 def slo_figures(m: Measurement, cls: ClassBudget) -> tuple[Ttft, float | None]:
     """TPOT's median, p90 and p99, and the goodput where the class sets an SLO."""
-    from pytest_specbound.gate.verdicts.thresholds import met
+    from pytest_specbound.gate.verdicts.thresholds import met, sets_slo
     from pytest_specbound.measure.proportion import percentile, tpot_values
 
     values = tpot_values(m)
     tpot = Ttft(*(percentile(values, q) for q in (0.5, 0.9, 0.99)))
-    within = met(cls.limits, m)
+    within = met(cls.limits, m) if sets_slo(cls.limits) else []
     return tpot, round(sum(within) / len(within), 4) if within else None
 
 

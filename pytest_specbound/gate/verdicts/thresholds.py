@@ -202,11 +202,14 @@ def min_goodput(c: Context) -> Evaluation:
 
 def met(limits: Any, m: Measurement) -> list[bool]:
     """Per timed request: whether it met every SLO the class sets (each threshold with a
-    ``met``); empty where the class sets none."""
+    ``met``; every request meets none)."""
     slos = [(s.met, v) for s, v in set_in(limits) if s.met is not None]
-    if not slos:
-        return []
     return [all(ok(r, v) for ok, v in slos) for r in m.timed]
+
+
+def sets_slo(limits: Any) -> bool:
+    """Whether the class sets a threshold a request can meet (its goodput is then reported)."""
+    return any(s.met is not None for s, _ in set_in(limits))
 
 
 def ttft_within(r: RequestRecord, limit: float) -> bool:
@@ -271,16 +274,23 @@ def declare(spec: Spec) -> Spec:
     """Add a threshold to the table (a plugin's, or a conftest's at import): its key becomes a
     budget and marker key, its tests run, its failure is judged and printed. A key or test id
     already declared is a ValueError."""
-    again = [i for i, s in enumerate(SPECS) if s.key == spec.key and _origin(s) == _origin(spec)]
+    again = [i for i, s in enumerate(SPECS) if s.key == spec.key and _origin(s) is not None
+             and _origin(s) == _origin(spec)]
     if again:  # the same module imported anew (pytester's in-process runs): the new one
         SPECS[again[0]] = spec
         return spec
     taken = [s.key for s in SPECS if s.key == spec.key or s.field == spec.field] + \
-        [t.value for s in SPECS for t in s.tests if t.value in {u.value for u in spec.tests}]
+        [t.value for t in _test_ids() if t.value in {u.value for u in spec.tests}]
     if taken:
         raise ValueError(f"threshold {spec.key!r}: {taken[0]!r} is already declared")
     SPECS.append(spec)
     return spec
+
+
+def _test_ids() -> list[Threshold]:
+    """Every test id in use: the table's and the comparisons' (the baseline's two)."""
+    builtin = [v for v in vars(Threshold).values() if isinstance(v, Threshold)]
+    return [*(t for s in SPECS for t in s.tests), *builtin]
 
 
 def _origin(spec: Spec) -> tuple[str, str] | None:
