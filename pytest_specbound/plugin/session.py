@@ -129,12 +129,10 @@ class SpecboundSession:
     def gate(self) -> GateRun:
         """The run: every collected class planned, and its twins measured, before the first."""
         if self._gate is None:
-            from pytest_specbound.gate.pipeline.run import GateRun
+            from pytest_specbound.gate.pipeline.run import REFERENCES, GateRun
 
             hw = self.hardware
             assert hw is not None
-            from pytest_specbound.gate.pipeline.run import REFERENCES
-
             references = dict(REFERENCES)
             self.config.hook.pytest_specbound_add_references(config=self.config,
                                                              references=references)

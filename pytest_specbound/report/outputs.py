@@ -60,14 +60,11 @@ class Outputs:
         path = self.settings.json_path
         if not path:
             return
-        from pytest_specbound.atomic import write_json
-        from pytest_specbound.report.results import results_document
+        from pytest_specbound.report.results import write_results
 
         rows = self.results + list(self.running.values())
-        doc = results_document(rows, partial or bool(self.running), self.run_info())
-        if self._update_json:
-            self._update_json(doc)
-        write_json(path, doc)
+        write_results(path, rows, partial or bool(self.running), self.run_info(),
+                      self._update_json)
 
     def write_extras(self) -> None:
         s = self.settings

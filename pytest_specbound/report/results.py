@@ -6,7 +6,7 @@ import datetime
 import json
 import platform
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from pytest_specbound.atomic import write_json
@@ -31,9 +31,14 @@ def results_document(results: Sequence[ClassResult], partial: bool,
     }
 
 
-def write_results(path: Path, results: Sequence[ClassResult], partial: bool,
-                  run: RunInfo) -> None:
-    write_json(path, results_document(results, partial, run))
+def write_results(path: Path, results: Sequence[ClassResult], partial: bool, run: RunInfo,
+                  update: Callable[[dict[str, object]], None] | None = None) -> None:
+    """The results file, atomically; ``update`` may add to the document first (the plugin's
+    ``pytest_specbound_update_json`` hook)."""
+    doc = results_document(results, partial, run)
+    if update is not None:
+        update(doc)
+    write_json(path, doc)
 
 
 def read_results(path: Path) -> list[ClassResult]:

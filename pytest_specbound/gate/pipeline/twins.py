@@ -37,7 +37,6 @@ class Twins:
     pool: ServerPool
     say: Callable[[str], None] | None = None
     _found: dict[Key, ClassResult | SpecboundError] = field(default_factory=dict)
-    _made: dict[Key, AgainstTwin] = field(default_factory=dict)  # the comparison of each plan
 
     def __post_init__(self) -> None:
         self.store = ReferenceStore(self.pool.shared_dir, "twin")
@@ -153,10 +152,7 @@ class Twins:
         self.measure_all(wanted)
 
     def comparison(self, plan: Planned) -> Comparison:
-        key = (str(plan.budget.path), plan.cls.name, plan.concurrency)
-        made = self._made[key] = AgainstTwin.of(self.get(plan.budget, plan.cls.name,
-                                                         plan.concurrency))
-        return made
+        return AgainstTwin.of(self.get(plan.budget, plan.cls.name, plan.concurrency))
 
     def recheck_requests(self, plan: Planned) -> int:
         """``[no_speculation] recheck``, else the default where its server can run beside the
@@ -171,8 +167,8 @@ class Twins:
         again = self.recheck_twin(budget, name, at, requests, self.beside(budget))
         if isinstance(again, SpecboundError):
             return again
-        made = self._made[(str(budget.path), name, at)]
-        return made.after(again, level, plan.resolution / 2)
+        first = AgainstTwin.of(self.get(budget, name, at))  # the comparison the plan carries
+        return first.after(again, level, plan.resolution / 2)
 
     def beside(self, budget: Budget) -> bool:
         """Whether the twin's server may run beside the speculative one: attached by url, or

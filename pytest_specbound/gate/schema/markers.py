@@ -56,7 +56,7 @@ class MarkerWhere(Where):
 
 def marker_tables(kw: TomlTable, where: MarkerWhere) -> tuple[TomlTable, str]:
     """The budget tables the keywords stand for, and the class name."""
-    valid = marker_keys()
+    valid, class_table = marker_keys(), class_keys()
     unknown = sorted(set(kw) - set(valid))
     if unknown:
         raise ConfigError(f"{where.display}: specbound: unknown keyword '{unknown[0]}'; valid: "
@@ -64,7 +64,7 @@ def marker_tables(kw: TomlTable, where: MarkerWhere) -> tuple[TomlTable, str]:
     name = str(kw.get("prompt_class") or DEFAULT_CLASS)
     cls: TomlTable = {k: (list(v) if k in ("accept", "concurrency") and isinstance(v, tuple)
                                else v)
-                           for k, v in kw.items() if k in class_keys()}
+                           for k, v in kw.items() if k in class_table}
     cls.setdefault("prompts", name)
     model_t: TomlTable = {}
     if kw.get("model") is not None:
@@ -129,7 +129,8 @@ def marker_budget(kw: TomlTable, nodeid: str, test_path: Path, rootpath: Path) -
         extra = parse_budget({"model": {"name": "x"}, "classes": {name: cls}}, test_path,
                              where=where, require_server=False).classes[name]
         if name in base.classes:  # the file's class, with the keywords the marker gives
+            class_table = class_keys()
             extra = base.classes[name].with_values(
-                {k: extra.value_of(k) for k in kw if k in class_keys()})
+                {k: extra.value_of(k) for k in kw if k in class_table})
         return replace(base, classes={**base.classes, name: extra}), name
     return parse_budget(data, test_path, where=where, require_server=False), name
